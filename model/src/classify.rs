@@ -1,0 +1,104 @@
+//! The classifier: what one event is, given what the sender gate said.
+//!
+//! The gate's result is an argument, so "a stranger's `yes abcde` is ignored" is a
+//! question a test can ask of [`classify_message`] directly.
+
+use crate::config::Gate;
+use crate::effect::DropReason;
+use crate::event::{Message, MessageContent, MsgType, NewContent, Relation};
+use crate::fallback::strip_plain_reply_fallback;
+use crate::ids::EventId;
+use crate::reaction::ReactionKeys;
+use crate::verdict::{parse_text_verdict, Behavior, TextVerdict};
+
+/// What a message is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MessageClass<'a> {
+    /// Not acted on, for this reason.
+    Drop(DropReason),
+    /// A `yes abcde` / `no abcde` from an approver. Never pushed as chat.
+    Verdict(TextVerdict),
+    /// Chat to push.
+    Chat(&'a MessageContent),
+    /// An edit (`m.replace`) of `original`, never a verdict.
+    Edit {
+        original: &'a EventId,
+        new_content: &'a NewContent,
+    },
+}
+
+/// The body a verdict is read from: the reply fallback is stripped only when a reply
+/// relation is present.
+pub fn verdict_body(content: &MessageContent) -> &str {
+    match content.relation.as_ref().and_then(Relation::reply_to) {
+        Some(_) => strip_plain_reply_fallback(&content.body),
+        None => &content.body,
+    }
+}
+
+/// Classifies a message from a sender the gate judged `gate`.
+///
+/// Order: the gate (own events and strangers stop here), then missing content,
+/// notices, edits, verdict shape (only `m.text` and `m.emote`), chat.
+pub fn classify_message(gate: Gate, message: &Message) -> MessageClass<'_> {
+    match gate {
+        Gate::Own => return MessageClass::Drop(DropReason::OwnEvent),
+        Gate::Stranger => return MessageClass::Drop(DropReason::Stranger),
+        Gate::Allowed | Gate::Approver => {}
+    }
+    let Some(content) = &message.content else {
+        return MessageClass::Drop(DropReason::NoContent);
+    };
+    if content.msgtype == MsgType::Notice {
+        return MessageClass::Drop(DropReason::Notice);
+    }
+    if let Some(Relation::Replacement {
+        original,
+        new_content,
+    }) = &content.relation
+    {
+        return match new_content {
+            Some(new_content) => MessageClass::Edit {
+                original,
+                new_content,
+            },
+            None => MessageClass::Drop(DropReason::EditRejected),
+        };
+    }
+    let textual = matches!(content.msgtype, MsgType::Text | MsgType::Emote);
+    match parse_text_verdict(verdict_body(content)).filter(|_| textual) {
+        Some(verdict) if gate == Gate::Approver => MessageClass::Verdict(verdict),
+        Some(_) => MessageClass::Drop(DropReason::NotApprover),
+        None => MessageClass::Chat(content),
+    }
+}
+
+/// What a reaction is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReactionClass {
+    /// Not acted on, for this reason.
+    Drop(DropReason),
+    /// An approver's vote on a prompt.
+    Vote(Behavior),
+    /// A reaction to push.
+    Chat,
+}
+
+/// Classifies a reaction from a sender the gate judged `gate`. Only a reaction on a
+/// prompt event (`on_prompt`) with a key in the approve or deny set is a vote.
+pub fn classify_reaction(
+    gate: Gate,
+    keys: &ReactionKeys,
+    on_prompt: bool,
+    key: &str,
+) -> ReactionClass {
+    match gate {
+        Gate::Own => ReactionClass::Drop(DropReason::OwnEvent),
+        Gate::Stranger => ReactionClass::Drop(DropReason::Stranger),
+        Gate::Allowed | Gate::Approver => match keys.classify(key).filter(|_| on_prompt) {
+            Some(behavior) if gate == Gate::Approver => ReactionClass::Vote(behavior),
+            Some(_) => ReactionClass::Drop(DropReason::NotApprover),
+            None => ReactionClass::Chat,
+        },
+    }
+}

@@ -1,0 +1,171 @@
+//! An identity's channel settings: the operator's, never the agent's.
+//!
+//! [`IdentityConfig`] is built once by the server from its config file and handed to
+//! [`crate::Channel::add_identity`]. No [`crate::Input`] can change it: the agent can
+//! never widen its own allowlist (an invariant of the model check).
+
+use crate::ids::{Millis, RoomId, UserId};
+use crate::reaction::ReactionKeys;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Default time a permission prompt stays answerable: 15 minutes, in milliseconds.
+pub const DEFAULT_PROMPT_TTL_MS: Millis = 15 * 60 * 1000;
+/// Default settle window for verdicts by reaction: 3 seconds, in milliseconds.
+pub const DEFAULT_SETTLE_MS: Millis = 3_000;
+/// Default cap on prompts that are alive at once, per identity.
+pub const DEFAULT_MAX_PROMPTS: usize = 32;
+/// Default number of queued events replayed to a session when it attaches.
+pub const DEFAULT_REPLAY_BUDGET: usize = 200;
+/// Default cap on the events queued while no session is live, per identity.
+pub const DEFAULT_QUEUE_CAP: usize = 5_000;
+/// Default cap on a pushed body, in bytes (Matrix events are at most 65,536 bytes).
+pub const DEFAULT_BODY_CAP_BYTES: usize = 16 * 1024;
+/// Default cap on a reply quote, in characters.
+pub const DEFAULT_QUOTE_CAP_CHARS: usize = 160;
+/// Default number of delivery-log entries kept per identity (oldest forgotten first).
+pub const DEFAULT_LOG_CAP: usize = 10_000;
+
+/// One identity's settings. Build with [`IdentityConfig::new`], adjust the public
+/// fields, then [`IdentityConfig::validate`] (the core validates again when the
+/// identity is added).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct IdentityConfig {
+    /// The Matrix account the server acts as. Its own events are never pushed and
+    /// never verdicts.
+    pub user_id: UserId,
+    /// Senders, by exact MXID, whose messages are pushed to the identity's sessions.
+    pub allowed_senders: BTreeSet<UserId>,
+    /// Senders who may answer permission prompts. `None` means the same as
+    /// `allowed_senders`; when set it must be a subset of them. An empty set means the
+    /// identity relays no permission requests.
+    pub approvers: Option<BTreeSet<UserId>>,
+    /// Where prompts are posted. When `None`, the room an allowed sender last wrote in.
+    pub permission_room: Option<RoomId>,
+    /// How long a prompt stays answerable, in milliseconds.
+    pub prompt_ttl_ms: Millis,
+    /// How long a verdict by reaction waits for withdrawal, in milliseconds.
+    pub settle_ms: Millis,
+    /// The reaction keys that approve and deny.
+    pub reaction_keys: ReactionKeys,
+    /// At most this many prompts are alive at once; at the cap the oldest goes.
+    pub max_prompts: usize,
+    /// At most this many queued events are replayed to an attaching session.
+    pub replay_budget: usize,
+    /// At most this many events wait in the queue; beyond it the oldest are dropped
+    /// (visibly; the agent can still read them from the room).
+    pub queue_cap: usize,
+    /// A pushed body is cut to this many bytes, on a character boundary.
+    pub body_cap_bytes: usize,
+    /// A reply quote is cut to this many characters.
+    pub quote_cap_chars: usize,
+    /// How many delivery-log entries are kept; older events are forgotten.
+    pub log_cap: usize,
+}
+
+/// What is wrong with an [`IdentityConfig`]; each message names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// An approver is not among `allowed_senders`.
+    #[error("approvers: {0} is not in allowed_senders (approvers must be a subset)")]
+    ApproverNotAllowed(UserId),
+    /// The identity itself is listed as a sender: its own events are never input.
+    #[error("allowed_senders: {0} is the identity's own user id")]
+    SelfAllowed(UserId),
+    /// A duration or cap is zero where that would disable the feature by accident.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+}
+
+impl IdentityConfig {
+    /// Settings with the documented defaults: no approvers beyond `allowed_senders`,
+    /// no fixed permission room.
+    pub fn new(user_id: UserId, allowed_senders: impl IntoIterator<Item = UserId>) -> Self {
+        Self {
+            user_id,
+            allowed_senders: allowed_senders.into_iter().collect(),
+            approvers: None,
+            permission_room: None,
+            prompt_ttl_ms: DEFAULT_PROMPT_TTL_MS,
+            settle_ms: DEFAULT_SETTLE_MS,
+            reaction_keys: ReactionKeys::default(),
+            max_prompts: DEFAULT_MAX_PROMPTS,
+            replay_budget: DEFAULT_REPLAY_BUDGET,
+            queue_cap: DEFAULT_QUEUE_CAP,
+            body_cap_bytes: DEFAULT_BODY_CAP_BYTES,
+            quote_cap_chars: DEFAULT_QUOTE_CAP_CHARS,
+            log_cap: DEFAULT_LOG_CAP,
+        }
+    }
+
+    /// Checks the settings. Errors: [`ConfigError`], the first problem found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.allowed_senders.contains(&self.user_id) {
+            return Err(ConfigError::SelfAllowed(self.user_id.clone()));
+        }
+        if let Some(approvers) = &self.approvers {
+            if let Some(stray) = approvers.iter().find(|a| !self.allowed_senders.contains(*a)) {
+                return Err(ConfigError::ApproverNotAllowed(stray.clone()));
+            }
+        }
+        let nonzero = [
+            ("prompt_ttl_ms", self.prompt_ttl_ms as usize),
+            ("settle_ms", self.settle_ms as usize),
+            ("max_prompts", self.max_prompts),
+            ("replay_budget", self.replay_budget),
+            ("queue_cap", self.queue_cap),
+            ("body_cap_bytes", self.body_cap_bytes),
+            ("quote_cap_chars", self.quote_cap_chars),
+            ("log_cap", self.log_cap),
+        ];
+        match nonzero.iter().find(|(_, v)| *v == 0) {
+            Some((name, _)) => Err(ConfigError::Zero(name)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `user` may answer prompts (exact MXID match).
+    pub fn is_approver(&self, user: &UserId) -> bool {
+        match &self.approvers {
+            Some(approvers) => approvers.contains(user),
+            None => self.allowed_senders.contains(user),
+        }
+    }
+
+    /// Whether the identity relays permission requests at all (it has approvers).
+    /// The server declares `claude/channel/permission` only when this holds.
+    pub fn relays_permissions(&self) -> bool {
+        match &self.approvers {
+            Some(approvers) => !approvers.is_empty(),
+            None => !self.allowed_senders.is_empty(),
+        }
+    }
+
+    /// The sender gate: what `sender` is to this identity. Runs before every other
+    /// branch; its result is an argument of [`crate::classify`].
+    pub fn gate(&self, sender: &UserId) -> Gate {
+        if *sender == self.user_id {
+            Gate::Own
+        } else if !self.allowed_senders.contains(sender) {
+            Gate::Stranger
+        } else if self.is_approver(sender) {
+            Gate::Approver
+        } else {
+            Gate::Allowed
+        }
+    }
+}
+
+/// The sender gate's answer for one event's sender. Matched by exact MXID only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// The identity's own account.
+    Own,
+    /// Not in `allowed_senders`: nothing it sends is pushed or counted.
+    Stranger,
+    /// In `allowed_senders` but not an approver: may chat, may not answer prompts.
+    Allowed,
+    /// In `allowed_senders` and an approver.
+    Approver,
+}

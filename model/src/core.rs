@@ -1,0 +1,1121 @@
+//! The state machine: [`Channel::handle`] and [`Channel::next_deadline`].
+
+use crate::classify::{classify_message, classify_reaction, MessageClass, ReactionClass};
+use crate::config::{ConfigError, Gate, IdentityConfig};
+use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, VerdictSource};
+use crate::event::{Input, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction};
+use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::meta::MetaKey;
+use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
+use crate::render::{
+    render_edit, render_message, render_reaction, render_replay_cut, render_retraction, PushKind,
+};
+use crate::verdict::{Behavior, RequestId, TextVerdict};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The whole core: every identity's state, and the effects in flight.
+///
+/// Serializable: the server persists it after every transition that changed it, so
+/// a restart loses no pending prompt and no delivery record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Channel {
+    now: Millis,
+    next_effect_id: u64,
+    identities: BTreeMap<IdentityId, IdentityState>,
+    in_flight: BTreeMap<EffectId, InFlight>,
+}
+
+/// One identity's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct IdentityState {
+    config: IdentityConfig,
+    sessions: BTreeMap<SessionId, SessionState>,
+    last_room: Option<RoomId>,
+    prompts: Vec<Prompt>,
+    next_serial: u64,
+    next_seq: u64,
+    log: BTreeMap<EventId, LogEntry>,
+    log_order: VecDeque<EventId>,
+    queue: VecDeque<Queued>,
+}
+
+/// Whether a session's stream is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Live,
+    Detached,
+}
+
+/// A permission prompt, owned by the session that asked.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Prompt {
+    /// The session that asked; the only one a verdict goes to.
+    pub session: SessionId,
+    /// Unique per identity, increasing: tells a re-issued prompt from the old one.
+    pub serial: u64,
+    pub request: PermissionRequest,
+    pub room: RoomId,
+    pub created_at: Millis,
+    /// After this instant an unanswered prompt expires.
+    pub expires_at: Millis,
+    pub phase: Phase,
+}
+
+/// Where a prompt is in its life. Expired and delivered prompts are gone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    /// Being posted; not answerable until Matrix gave it an event id.
+    Posting { post: EffectId },
+    /// Posted as `message`; waiting for an answer.
+    Pending { message: EventId },
+    /// Approvers reacted; the verdict is taken when the window ends at `until`, on the
+    /// votes still there. Votes are in arrival order, keyed by reaction event.
+    Settling {
+        message: EventId,
+        until: Millis,
+        votes: Vec<(EventId, Vote)>,
+    },
+    /// Answered; waiting for the owner session to be live.
+    Decided { message: EventId, decision: Decision },
+    /// Answered; the verdict send `send` is in flight.
+    Delivering {
+        message: EventId,
+        decision: Decision,
+        send: EffectId,
+    },
+}
+
+impl Phase {
+    /// The prompt message, once posted.
+    pub fn message(&self) -> Option<&EventId> {
+        match self {
+            Phase::Posting { .. } => None,
+            Phase::Pending { message }
+            | Phase::Settling { message, .. }
+            | Phase::Decided { message, .. }
+            | Phase::Delivering { message, .. } => Some(message),
+        }
+    }
+
+    /// Whether an approver can still answer.
+    pub fn is_answerable(&self) -> bool {
+        matches!(self, Phase::Pending { .. } | Phase::Settling { .. })
+    }
+}
+
+/// An approver's reaction on a prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Vote {
+    pub voter: UserId,
+    /// The raw key, for display.
+    pub key: String,
+    pub behavior: Behavior,
+}
+
+/// The delivery log's record of one event that passed the gate.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Arrival order within the identity.
+    pub seq: u64,
+    pub sender: UserId,
+    pub record: Record,
+}
+
+/// What became of a logged event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+pub enum Record {
+    /// Pushed (or queued to be): `delivered` holds the sessions it was sent to.
+    Pushed {
+        kind: PushKind,
+        delivered: BTreeSet<SessionId>,
+        acked: bool,
+    },
+    /// A text verdict; never pushed.
+    Verdict,
+    /// A vote on a prompt; never pushed.
+    Vote,
+    /// Passed the gate but was not pushed (see the `Dropped` effect emitted then).
+    NotPushed,
+}
+
+/// An event waiting for a session.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Queued {
+    pub seq: u64,
+    pub event_id: EventId,
+    pub notification: ChannelNotification,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum InFlight {
+    Push {
+        identity: IdentityId,
+        session: SessionId,
+        event_id: Option<EventId>,
+        seq: u64,
+        notification: ChannelNotification,
+    },
+    Post {
+        identity: IdentityId,
+        serial: u64,
+        room: RoomId,
+        request: PermissionRequest,
+    },
+    Verdict {
+        identity: IdentityId,
+        serial: u64,
+    },
+}
+
+/// Where effects go while one input is handled.
+struct Out<'a> {
+    now: Millis,
+    identity: IdentityId,
+    next_effect_id: &'a mut u64,
+    in_flight: &'a mut BTreeMap<EffectId, InFlight>,
+    effects: &'a mut Vec<Effect>,
+}
+
+impl Out<'_> {
+    fn id(&mut self) -> EffectId {
+        let id = EffectId(*self.next_effect_id);
+        *self.next_effect_id += 1;
+        id
+    }
+
+    fn drop(&mut self, event_id: Option<&EventId>, reason: DropReason) {
+        self.effects.push(Effect::Dropped {
+            identity: Some(self.identity.clone()),
+            event_id: event_id.cloned(),
+            reason,
+        });
+    }
+
+    fn notice(&mut self, room: &RoomId, in_reply_to: &EventId, text: String) {
+        self.effects.push(Effect::Notice {
+            identity: self.identity.clone(),
+            room: room.clone(),
+            in_reply_to: in_reply_to.clone(),
+            text,
+        });
+    }
+}
+
+impl Channel {
+    /// An empty core with no identities.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an identity, or replaces its settings (the operator's reload); its state
+    /// is kept. Errors: the settings do not [`IdentityConfig::validate`].
+    pub fn add_identity(
+        &mut self,
+        identity: IdentityId,
+        config: IdentityConfig,
+    ) -> Result<(), ConfigError> {
+        config.validate()?;
+        match self.identities.get_mut(&identity) {
+            Some(state) => state.config = config,
+            None => {
+                self.identities.insert(identity, IdentityState::new(config));
+            }
+        }
+        Ok(())
+    }
+
+    /// The current time as the core knows it: the largest `now` handled so far.
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+
+    /// One identity's state, for the server's tools and for properties.
+    pub fn identity(&self, identity: &IdentityId) -> Option<&IdentityState> {
+        self.identities.get(identity)
+    }
+
+    /// All identities.
+    pub fn identities(&self) -> impl Iterator<Item = (&IdentityId, &IdentityState)> {
+        self.identities.iter()
+    }
+
+    /// How many effects are waiting for an outcome.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The earliest instant at which a timer fires (a settle window ends or a prompt
+    /// expires), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
+    /// then (or earlier).
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.identities
+            .values()
+            .flat_map(|state| state.prompts.iter())
+            .filter_map(|prompt| match &prompt.phase {
+                Phase::Settling { until, .. } => Some((*until).min(prompt.expires_at)),
+                Phase::Posting { .. } | Phase::Pending { .. } => Some(prompt.expires_at),
+                Phase::Decided { .. } | Phase::Delivering { .. } => None,
+            })
+            .min()
+    }
+
+    /// Handles one input at `now` (milliseconds; a `now` earlier than one already seen
+    /// is taken as that one, so time never runs backwards). Timers that are due fire
+    /// first, then the input is applied. Returns the effects in the order to execute.
+    pub fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
+        self.now = self.now.max(now);
+        let now = self.now;
+        let mut effects = Vec::new();
+        for (identity, state) in self.identities.iter_mut() {
+            let mut out = Out {
+                now,
+                identity: identity.clone(),
+                next_effect_id: &mut self.next_effect_id,
+                in_flight: &mut self.in_flight,
+                effects: &mut effects,
+            };
+            state.fire_timers(&mut out);
+        }
+        let (identity, event) = match input {
+            Input::Tick => return effects,
+            Input::Completed { id, outcome } => {
+                match self.in_flight.remove(&id) {
+                    Some(flight) => self.complete(now, id, flight, outcome, &mut effects),
+                    None => effects.push(Effect::Dropped {
+                        identity: None,
+                        event_id: None,
+                        reason: DropReason::StaleOutcome,
+                    }),
+                }
+                return effects;
+            }
+            Input::Attach { identity, session } => (identity, Event::Attach(session)),
+            Input::Detach { identity, session } => (identity, Event::Detach(session)),
+            Input::Message { identity, message } => (identity, Event::Message(message)),
+            Input::Reaction { identity, reaction } => (identity, Event::Reaction(reaction)),
+            Input::Redaction {
+                identity,
+                redaction,
+            } => (identity, Event::Redaction(redaction)),
+            Input::PermissionRequest {
+                identity,
+                session,
+                request,
+            } => (identity, Event::Request(session, request)),
+            Input::Acknowledge {
+                identity,
+                session,
+                event_id,
+            } => (identity, Event::Ack(session, event_id)),
+        };
+        let Some(state) = self.identities.get_mut(&identity) else {
+            effects.push(Effect::Dropped {
+                identity: Some(identity),
+                event_id: None,
+                reason: DropReason::UnknownIdentity,
+            });
+            return effects;
+        };
+        let mut out = Out {
+            now,
+            identity,
+            next_effect_id: &mut self.next_effect_id,
+            in_flight: &mut self.in_flight,
+            effects: &mut effects,
+        };
+        match event {
+            Event::Attach(session) => state.attach(session, &mut out),
+            Event::Detach(session) => state.detach(&session, &mut out),
+            Event::Message(message) => state.on_message(message, &mut out),
+            Event::Reaction(reaction) => state.on_reaction(reaction, &mut out),
+            Event::Redaction(redaction) => state.on_redaction(redaction, &mut out),
+            Event::Request(session, request) => state.on_request(session, request, &mut out),
+            Event::Ack(session, event_id) => state.on_ack(&session, &event_id, &mut out),
+        }
+        effects
+    }
+
+    fn complete(
+        &mut self,
+        now: Millis,
+        id: EffectId,
+        flight: InFlight,
+        outcome: Outcome,
+        effects: &mut Vec<Effect>,
+    ) {
+        let identity = match &flight {
+            InFlight::Push { identity, .. }
+            | InFlight::Post { identity, .. }
+            | InFlight::Verdict { identity, .. } => identity.clone(),
+        };
+        let Some(state) = self.identities.get_mut(&identity) else {
+            return;
+        };
+        let mut out = Out {
+            now,
+            identity,
+            next_effect_id: &mut self.next_effect_id,
+            in_flight: &mut self.in_flight,
+            effects,
+        };
+        match flight {
+            InFlight::Push {
+                session,
+                event_id,
+                seq,
+                notification,
+                ..
+            } => {
+                if matches!(outcome, Outcome::Failed { .. }) {
+                    state.push_failed(&session, event_id, seq, notification, &mut out);
+                }
+            }
+            InFlight::Post {
+                serial,
+                room,
+                request,
+                ..
+            } => state.post_completed(id, serial, room, &request, outcome, &mut out),
+            InFlight::Verdict { serial, .. } => {
+                state.verdict_completed(id, serial, outcome, &mut out)
+            }
+        }
+    }
+}
+
+/// An input for one identity, unpacked.
+enum Event {
+    Attach(SessionId),
+    Detach(SessionId),
+    Message(Message),
+    Reaction(Reaction),
+    Redaction(Redaction),
+    Request(SessionId, PermissionRequest),
+    Ack(SessionId, EventId),
+}
+
+impl IdentityState {
+    fn new(config: IdentityConfig) -> Self {
+        Self {
+            config,
+            sessions: BTreeMap::new(),
+            last_room: None,
+            prompts: Vec::new(),
+            next_serial: 0,
+            next_seq: 0,
+            log: BTreeMap::new(),
+            log_order: VecDeque::new(),
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// The operator's settings.
+    pub fn config(&self) -> &IdentityConfig {
+        &self.config
+    }
+
+    /// Known sessions and whether each is live.
+    pub fn sessions(&self) -> &BTreeMap<SessionId, SessionState> {
+        &self.sessions
+    }
+
+    /// The room an allowed sender last wrote in.
+    pub fn last_room(&self) -> Option<&RoomId> {
+        self.last_room.as_ref()
+    }
+
+    /// Live prompts, oldest first.
+    pub fn prompts(&self) -> &[Prompt] {
+        &self.prompts
+    }
+
+    /// Events waiting for a session, oldest first.
+    pub fn queue(&self) -> &VecDeque<Queued> {
+        &self.queue
+    }
+
+    /// The delivery log entry of `event_id`, if it is still remembered.
+    pub fn log_entry(&self, event_id: &EventId) -> Option<&LogEntry> {
+        self.log.get(event_id)
+    }
+
+    fn is_live(&self, session: &SessionId) -> bool {
+        self.sessions.get(session) == Some(&SessionState::Live)
+    }
+
+    fn live_sessions(&self) -> Vec<SessionId> {
+        self.sessions
+            .iter()
+            .filter(|(_, state)| **state == SessionState::Live)
+            .map(|(session, _)| session.clone())
+            .collect()
+    }
+
+    // ----- sessions -------------------------------------------------------------
+
+    fn attach(&mut self, session: SessionId, out: &mut Out<'_>) {
+        self.sessions.insert(session.clone(), SessionState::Live);
+        let decided: Vec<u64> = self
+            .prompts
+            .iter()
+            .filter(|p| p.session == session && matches!(p.phase, Phase::Decided { .. }))
+            .map(|p| p.serial)
+            .collect();
+        for serial in decided {
+            self.start_delivery(serial, out);
+        }
+        self.replay(&session, out);
+    }
+
+    fn detach(&mut self, session: &SessionId, out: &mut Out<'_>) {
+        match self.sessions.get_mut(session) {
+            Some(state) => *state = SessionState::Detached,
+            None => out.drop(None, DropReason::UnknownSession),
+        }
+    }
+
+    /// Replays the queue to `session`, oldest first, cut to the replay budget (the
+    /// newest events are kept; a notice says how many older ones were omitted).
+    fn replay(&mut self, session: &SessionId, out: &mut Out<'_>) {
+        let omitted = self.queue.len().saturating_sub(self.config.replay_budget);
+        if omitted > 0 {
+            self.queue.drain(..omitted);
+            out.drop(None, DropReason::ReplayCut { omitted });
+            self.push(session, None, 0, render_replay_cut(omitted), out);
+        }
+        for queued in std::mem::take(&mut self.queue) {
+            let mut notification = queued.notification.clone();
+            notification.meta.set(MetaKey::Replayed, "true");
+            self.record_delivery(&queued.event_id, session);
+            self.push_raw(session, Some(queued.event_id), queued.seq, notification, queued.notification, out);
+        }
+    }
+
+    // ----- delivery -------------------------------------------------------------
+
+    fn log(&mut self, event_id: &EventId, sender: &UserId, record: Record) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let entry = LogEntry {
+            seq,
+            sender: sender.clone(),
+            record,
+        };
+        self.log.insert(event_id.clone(), entry);
+        self.log_order.push_back(event_id.clone());
+        while self.log_order.len() > self.config.log_cap {
+            if let Some(old) = self.log_order.pop_front() {
+                self.log.remove(&old);
+            }
+        }
+        seq
+    }
+
+    fn record_delivery(&mut self, event_id: &EventId, session: &SessionId) {
+        if let Some(LogEntry {
+            record: Record::Pushed { delivered, .. },
+            ..
+        }) = self.log.get_mut(event_id)
+        {
+            delivered.insert(session.clone());
+        }
+    }
+
+    /// Delivers a logged event to every live session that does not have it, or queues
+    /// it when none is live.
+    fn deliver(&mut self, event_id: &EventId, seq: u64, notification: ChannelNotification, out: &mut Out<'_>) {
+        let have = match self.log.get(event_id) {
+            Some(LogEntry {
+                record: Record::Pushed { delivered, .. },
+                ..
+            }) => delivered.clone(),
+            _ => BTreeSet::new(),
+        };
+        let targets: Vec<SessionId> = self
+            .live_sessions()
+            .into_iter()
+            .filter(|s| !have.contains(s))
+            .collect();
+        if targets.is_empty() {
+            self.enqueue(event_id, seq, notification, out);
+            return;
+        }
+        for session in targets {
+            self.record_delivery(event_id, &session);
+            self.push(&session, Some(event_id.clone()), seq, notification.clone(), out);
+        }
+    }
+
+    fn enqueue(&mut self, event_id: &EventId, seq: u64, notification: ChannelNotification, out: &mut Out<'_>) {
+        let at = self.queue.partition_point(|q| q.seq < seq);
+        self.queue.insert(
+            at,
+            Queued {
+                seq,
+                event_id: event_id.clone(),
+                notification,
+            },
+        );
+        while self.queue.len() > self.config.queue_cap {
+            if let Some(old) = self.queue.pop_front() {
+                out.drop(Some(&old.event_id), DropReason::QueueFull);
+            }
+        }
+    }
+
+    fn push(&mut self, session: &SessionId, event_id: Option<EventId>, seq: u64, notification: ChannelNotification, out: &mut Out<'_>) {
+        self.push_raw(session, event_id, seq, notification.clone(), notification, out);
+    }
+
+    /// Emits a push of `sent`; `base` is what goes back to the queue if it fails.
+    fn push_raw(
+        &mut self,
+        session: &SessionId,
+        event_id: Option<EventId>,
+        seq: u64,
+        sent: ChannelNotification,
+        base: ChannelNotification,
+        out: &mut Out<'_>,
+    ) {
+        let id = out.id();
+        out.in_flight.insert(
+            id,
+            InFlight::Push {
+                identity: out.identity.clone(),
+                session: session.clone(),
+                event_id: event_id.clone(),
+                seq,
+                notification: base,
+            },
+        );
+        out.effects.push(Effect::Push {
+            id,
+            identity: out.identity.clone(),
+            session: session.clone(),
+            event_id,
+            notification: sent,
+        });
+    }
+
+    /// A push failed: the session's stream is gone. The event goes to another live
+    /// session, or back to the queue, unless someone has it or the agent acked it.
+    fn push_failed(
+        &mut self,
+        session: &SessionId,
+        event_id: Option<EventId>,
+        seq: u64,
+        notification: ChannelNotification,
+        out: &mut Out<'_>,
+    ) {
+        if let Some(state) = self.sessions.get_mut(session) {
+            *state = SessionState::Detached;
+        }
+        let Some(event_id) = event_id else { return };
+        let Some(LogEntry {
+            record: Record::Pushed { delivered, acked, .. },
+            ..
+        }) = self.log.get_mut(&event_id)
+        else {
+            return;
+        };
+        delivered.remove(session);
+        if delivered.is_empty() && !*acked {
+            self.deliver(&event_id, seq, notification, out);
+        }
+    }
+
+    // ----- Matrix events --------------------------------------------------------
+
+    fn on_message(&mut self, message: Message, out: &mut Out<'_>) {
+        let gate = self.config.gate(&message.sender);
+        let class = classify_message(gate, &message);
+        if matches!(gate, Gate::Own | Gate::Stranger) {
+            if let MessageClass::Drop(reason) = class {
+                out.drop(Some(&message.event_id), reason);
+            }
+            return;
+        }
+        if self.log.contains_key(&message.event_id) {
+            out.drop(Some(&message.event_id), DropReason::Duplicate);
+            return;
+        }
+        if message
+            .content
+            .as_ref()
+            .is_some_and(|c| c.msgtype != MsgType::Notice)
+        {
+            self.last_room = Some(message.room.clone());
+        }
+        match class {
+            MessageClass::Drop(reason) => {
+                self.log(&message.event_id, &message.sender, Record::NotPushed);
+                out.drop(Some(&message.event_id), reason);
+            }
+            MessageClass::Verdict(verdict) => {
+                self.log(&message.event_id, &message.sender, Record::Verdict);
+                self.on_text_verdict(&message, verdict, out);
+            }
+            MessageClass::Chat(content) => {
+                let notification = render_message(&self.config, &message, content);
+                self.log_and_deliver(&message.event_id, &message.sender, PushKind::Message, notification, out);
+            }
+            MessageClass::Edit {
+                original,
+                new_content,
+            } => {
+                let accepted = matches!(
+                    self.log.get(original),
+                    Some(LogEntry { sender, record: Record::Pushed { kind: PushKind::Message, .. }, .. })
+                        if *sender == message.sender
+                );
+                if accepted {
+                    let notification = render_edit(&self.config, &message, original, new_content);
+                    self.log_and_deliver(&message.event_id, &message.sender, PushKind::Edit, notification, out);
+                } else {
+                    self.log(&message.event_id, &message.sender, Record::NotPushed);
+                    out.drop(Some(&message.event_id), DropReason::EditRejected);
+                }
+            }
+        }
+    }
+
+    fn log_and_deliver(
+        &mut self,
+        event_id: &EventId,
+        sender: &UserId,
+        kind: PushKind,
+        notification: ChannelNotification,
+        out: &mut Out<'_>,
+    ) {
+        let record = Record::Pushed {
+            kind,
+            delivered: BTreeSet::new(),
+            acked: false,
+        };
+        let seq = self.log(event_id, sender, record);
+        self.deliver(event_id, seq, notification, out);
+    }
+
+    fn on_reaction(&mut self, reaction: Reaction, out: &mut Out<'_>) {
+        let gate = self.config.gate(&reaction.sender);
+        let prompt = self
+            .prompts
+            .iter()
+            .position(|p| p.phase.message() == Some(&reaction.relates_to));
+        let class = classify_reaction(gate, &self.config.reaction_keys, prompt.is_some(), &reaction.key);
+        if let ReactionClass::Drop(reason @ (DropReason::OwnEvent | DropReason::Stranger)) = class {
+            out.drop(Some(&reaction.event_id), reason);
+            return;
+        }
+        if self.log.contains_key(&reaction.event_id) {
+            out.drop(Some(&reaction.event_id), DropReason::Duplicate);
+            return;
+        }
+        match (class, prompt) {
+            (ReactionClass::Vote(behavior), Some(index)) => {
+                self.log(&reaction.event_id, &reaction.sender, Record::Vote);
+                let vote = Vote {
+                    voter: reaction.sender.clone(),
+                    key: reaction.key.clone(),
+                    behavior,
+                };
+                self.on_vote(index, reaction.event_id, vote, out);
+            }
+            (ReactionClass::Drop(reason), _) => {
+                self.log(&reaction.event_id, &reaction.sender, Record::NotPushed);
+                out.drop(Some(&reaction.event_id), reason);
+            }
+            // A vote is only ever classified on a prompt, so `(Vote, None)` is chat.
+            (ReactionClass::Chat | ReactionClass::Vote(_), _) => {
+                let notification = render_reaction(&reaction);
+                self.log_and_deliver(&reaction.event_id, &reaction.sender, PushKind::Reaction, notification, out);
+            }
+        }
+    }
+
+    fn on_vote(&mut self, index: usize, reaction: EventId, vote: Vote, out: &mut Out<'_>) {
+        let prompt = &mut self.prompts[index];
+        match &mut prompt.phase {
+            Phase::Pending { message } => {
+                prompt.phase = Phase::Settling {
+                    message: message.clone(),
+                    until: out.now.saturating_add(self.config.settle_ms),
+                    votes: vec![(reaction, vote)],
+                };
+            }
+            Phase::Settling { votes, .. } => votes.push((reaction, vote)),
+            Phase::Posting { .. } | Phase::Decided { .. } | Phase::Delivering { .. } => {
+                out.drop(Some(&reaction), DropReason::AlreadyAnswered)
+            }
+        }
+    }
+
+    fn on_redaction(&mut self, redaction: Redaction, out: &mut Out<'_>) {
+        match self.config.gate(&redaction.sender) {
+            Gate::Own => return out.drop(Some(&redaction.event_id), DropReason::OwnEvent),
+            Gate::Stranger => return out.drop(Some(&redaction.event_id), DropReason::Stranger),
+            Gate::Allowed | Gate::Approver => {}
+        }
+        if self.log.contains_key(&redaction.event_id) {
+            return out.drop(Some(&redaction.event_id), DropReason::Duplicate);
+        }
+        // A withdrawal: the voter redacts their own vote inside the settle window.
+        for prompt in &mut self.prompts {
+            if let Phase::Settling { votes, .. } = &mut prompt.phase {
+                if let Some(at) = votes.iter().position(|(id, _)| *id == redaction.redacts) {
+                    if votes[at].1.voter == redaction.sender {
+                        votes.remove(at);
+                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+                    } else {
+                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+                        out.drop(Some(&redaction.event_id), DropReason::WithdrawalByOther);
+                    }
+                    return;
+                }
+            }
+        }
+        let delivered = match self.log.get(&redaction.redacts) {
+            Some(LogEntry {
+                record: Record::Pushed { delivered, .. },
+                ..
+            }) => delivered.len(),
+            _ => {
+                self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+                return out.drop(Some(&redaction.event_id), DropReason::RedactionOfUnpushed);
+            }
+        };
+        if delivered == 0 {
+            // Still queued: no session saw it, so none will.
+            self.queue.retain(|q| q.event_id != redaction.redacts);
+            self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+            return;
+        }
+        let notification = render_retraction(&redaction);
+        self.log_and_deliver(&redaction.event_id, &redaction.sender, PushKind::Retraction, notification, out);
+    }
+
+    fn on_ack(&mut self, session: &SessionId, event_id: &EventId, out: &mut Out<'_>) {
+        if !self.sessions.contains_key(session) {
+            return out.drop(Some(event_id), DropReason::UnknownSession);
+        }
+        match self.log.get_mut(event_id) {
+            Some(LogEntry {
+                record: Record::Pushed { acked, .. },
+                ..
+            }) => {
+                *acked = true;
+                self.queue.retain(|q| q.event_id != *event_id);
+            }
+            _ => out.drop(Some(event_id), DropReason::UnknownEvent),
+        }
+    }
+
+    // ----- prompts --------------------------------------------------------------
+
+    fn on_request(&mut self, session: SessionId, request: PermissionRequest, out: &mut Out<'_>) {
+        if !self.is_live(&session) {
+            return out.drop(None, DropReason::UnknownSession);
+        }
+        if !self.config.relays_permissions() {
+            return out.drop(None, DropReason::NoApprovers);
+        }
+        let Some(room) = self.config.permission_room.clone().or_else(|| self.last_room.clone()) else {
+            return out.drop(None, DropReason::NoPromptRoom);
+        };
+        if let Some(index) = self
+            .prompts
+            .iter()
+            .position(|p| p.session == session && p.request.request_id == request.request_id)
+        {
+            self.retire(index, DropReason::PromptSuperseded, out);
+        }
+        while self.prompts.len() >= self.config.max_prompts {
+            self.retire(0, DropReason::PromptEvicted, out);
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let post = out.id();
+        let text = render_prompt(&self.config, &request);
+        out.in_flight.insert(
+            post,
+            InFlight::Post {
+                identity: out.identity.clone(),
+                serial,
+                room: room.clone(),
+                request: request.clone(),
+            },
+        );
+        out.effects.push(Effect::PostPrompt {
+            id: post,
+            identity: out.identity.clone(),
+            room: room.clone(),
+            request_id: request.request_id.clone(),
+            text,
+        });
+        self.prompts.push(Prompt {
+            session,
+            serial,
+            request,
+            room,
+            created_at: out.now,
+            expires_at: out.now.saturating_add(self.config.prompt_ttl_ms),
+            phase: Phase::Posting { post },
+        });
+    }
+
+    /// Removes the prompt at `index` unanswered; its message shows it expired.
+    fn retire(&mut self, index: usize, reason: DropReason, out: &mut Out<'_>) {
+        let prompt = self.prompts.remove(index);
+        if let Some(message) = prompt.phase.message() {
+            out.effects.push(Effect::EditPrompt {
+                identity: out.identity.clone(),
+                room: prompt.room.clone(),
+                event_id: message.clone(),
+                text: render_outcome(&prompt.request, PromptOutcome::Expired),
+            });
+        }
+        out.drop(prompt.phase.message(), reason);
+    }
+
+    fn post_completed(
+        &mut self,
+        id: EffectId,
+        serial: u64,
+        room: RoomId,
+        request: &PermissionRequest,
+        outcome: Outcome,
+        out: &mut Out<'_>,
+    ) {
+        let current = self
+            .prompts
+            .iter()
+            .position(|p| p.serial == serial && p.phase == Phase::Posting { post: id });
+        match (current, outcome) {
+            (Some(index), Outcome::Posted { event_id }) => {
+                self.prompts[index].phase = Phase::Pending { message: event_id };
+            }
+            (Some(index), Outcome::Sent | Outcome::Failed { .. }) => {
+                self.prompts.remove(index);
+                out.drop(None, DropReason::PromptPostFailed);
+            }
+            (None, Outcome::Posted { event_id }) => {
+                // The prompt expired or was replaced while it was being posted.
+                out.effects.push(Effect::EditPrompt {
+                    identity: out.identity.clone(),
+                    room,
+                    event_id,
+                    text: render_outcome(request, PromptOutcome::Expired),
+                });
+            }
+            (None, Outcome::Sent | Outcome::Failed { .. }) => {
+                out.drop(None, DropReason::StaleOutcome);
+            }
+        }
+    }
+
+    fn on_text_verdict(&mut self, message: &Message, verdict: TextVerdict, out: &mut Out<'_>) {
+        let id = &verdict.request_id;
+        let reply_target = message
+            .content
+            .as_ref()
+            .and_then(|c| c.relation.as_ref())
+            .and_then(|r| r.reply_to())
+            .map(|r| &r.event_id);
+        let same_id: Vec<usize> = (0..self.prompts.len())
+            .filter(|&i| {
+                let p = &self.prompts[i];
+                p.request.request_id == *id && p.phase.message().is_some()
+            })
+            .collect();
+        let answerable: Vec<usize> = same_id
+            .iter()
+            .copied()
+            .filter(|&i| self.prompts[i].phase.is_answerable())
+            .collect();
+        let replied = same_id
+            .iter()
+            .copied()
+            .find(|&i| self.prompts[i].phase.message() == reply_target);
+        let target = match (replied, answerable.as_slice()) {
+            (Some(index), _) => index,
+            (None, [index]) => *index,
+            (None, []) if same_id.is_empty() => {
+                out.notice(
+                    &message.room,
+                    &message.event_id,
+                    format!("No pending permission request {id}: it expired, was answered, or was never issued."),
+                );
+                return out.drop(Some(&message.event_id), DropReason::UnknownRequest);
+            }
+            (None, []) => return self.already_answered(message, id, out),
+            (None, _) => {
+                out.notice(
+                    &message.room,
+                    &message.event_id,
+                    format!("Several sessions are waiting on {id}: reply to the prompt you mean."),
+                );
+                return out.drop(Some(&message.event_id), DropReason::AmbiguousRequest);
+            }
+        };
+        if !self.prompts[target].phase.is_answerable() {
+            return self.already_answered(message, id, out);
+        }
+        let decision = Decision {
+            behavior: verdict.behavior,
+            by: message.sender.clone(),
+            via: VerdictSource::Text {
+                event_id: message.event_id.clone(),
+            },
+        };
+        self.decide(target, decision, out);
+    }
+
+    fn already_answered(&mut self, message: &Message, id: &RequestId, out: &mut Out<'_>) {
+        out.notice(
+            &message.room,
+            &message.event_id,
+            format!("Permission request {id} was already answered."),
+        );
+        out.drop(Some(&message.event_id), DropReason::AlreadyAnswered);
+    }
+
+    fn decide(&mut self, index: usize, decision: Decision, out: &mut Out<'_>) {
+        let prompt = &mut self.prompts[index];
+        let Some(message) = prompt.phase.message().cloned() else {
+            return;
+        };
+        out.effects.push(Effect::Decided {
+            identity: out.identity.clone(),
+            session: prompt.session.clone(),
+            request_id: prompt.request.request_id.clone(),
+            decision: decision.clone(),
+            at: out.now,
+        });
+        prompt.phase = Phase::Decided { message, decision };
+        let (session, serial) = (prompt.session.clone(), prompt.serial);
+        if self.is_live(&session) {
+            self.start_delivery(serial, out);
+        }
+    }
+
+    fn start_delivery(&mut self, serial: u64, out: &mut Out<'_>) {
+        let Some(prompt) = self.prompts.iter_mut().find(|p| p.serial == serial) else {
+            return;
+        };
+        let Phase::Decided { message, decision } = &prompt.phase else {
+            return;
+        };
+        let send = out.id();
+        out.in_flight.insert(
+            send,
+            InFlight::Verdict {
+                identity: out.identity.clone(),
+                serial,
+            },
+        );
+        out.effects.push(Effect::SendVerdict {
+            id: send,
+            identity: out.identity.clone(),
+            session: prompt.session.clone(),
+            verdict: PermissionVerdict {
+                request_id: prompt.request.request_id.clone(),
+                behavior: decision.behavior,
+            },
+        });
+        prompt.phase = Phase::Delivering {
+            message: message.clone(),
+            decision: decision.clone(),
+            send,
+        };
+    }
+
+    fn verdict_completed(&mut self, id: EffectId, serial: u64, outcome: Outcome, out: &mut Out<'_>) {
+        let current = self.prompts.iter().position(|p| {
+            p.serial == serial && matches!(p.phase, Phase::Delivering { send, .. } if send == id)
+        });
+        let Some(index) = current else {
+            return out.drop(None, DropReason::StaleOutcome);
+        };
+        let prompt = &mut self.prompts[index];
+        let Phase::Delivering {
+            message, decision, ..
+        } = &prompt.phase
+        else {
+            return;
+        };
+        if let Outcome::Failed { .. } = outcome {
+            prompt.phase = Phase::Decided {
+                message: message.clone(),
+                decision: decision.clone(),
+            };
+            let session = prompt.session.clone();
+            self.sessions.insert(session, SessionState::Detached);
+            return;
+        }
+        out.effects.push(Effect::EditPrompt {
+            identity: out.identity.clone(),
+            room: prompt.room.clone(),
+            event_id: message.clone(),
+            text: render_outcome(&prompt.request, PromptOutcome::Decided(decision)),
+        });
+        self.prompts.remove(index);
+    }
+
+    // ----- timers ---------------------------------------------------------------
+
+    fn fire_timers(&mut self, out: &mut Out<'_>) {
+        let now = out.now;
+        let settled: Vec<u64> = self
+            .prompts
+            .iter()
+            .filter(|p| matches!(p.phase, Phase::Settling { until, .. } if until <= now && until <= p.expires_at))
+            .map(|p| p.serial)
+            .collect();
+        for serial in settled {
+            self.settle(serial, out);
+        }
+        while let Some(index) = self
+            .prompts
+            .iter()
+            .position(|p| p.expires_at <= now && (p.phase.is_answerable() || matches!(p.phase, Phase::Posting { .. })))
+        {
+            self.retire(index, DropReason::PromptExpired, out);
+        }
+    }
+
+    /// The settle window ended: the verdict is taken on the votes still there, deny
+    /// winning over approve; with none left, the prompt is pending again.
+    fn settle(&mut self, serial: u64, out: &mut Out<'_>) {
+        let Some(index) = self.prompts.iter().position(|p| p.serial == serial) else {
+            return;
+        };
+        let prompt = &mut self.prompts[index];
+        let Phase::Settling { message, votes, .. } = &prompt.phase else {
+            return;
+        };
+        let deciding = votes
+            .iter()
+            .find(|(_, v)| v.behavior == Behavior::Deny)
+            .or_else(|| votes.first());
+        let Some((event_id, vote)) = deciding else {
+            prompt.phase = Phase::Pending {
+                message: message.clone(),
+            };
+            return;
+        };
+        let decision = Decision {
+            behavior: vote.behavior,
+            by: vote.voter.clone(),
+            via: VerdictSource::Reaction {
+                event_id: event_id.clone(),
+                key: vote.key.clone(),
+            },
+        };
+        self.decide(index, decision, out);
+    }
+}

@@ -1,0 +1,175 @@
+//! What the core asks the server to do. Closed: the server's executor has one arm for
+//! each variant and no `_` arm.
+
+use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::meta::Meta;
+use crate::verdict::{Behavior, RequestId};
+use serde::{Deserialize, Serialize};
+
+/// One thing for the server to do. Variants with an `id` expect an
+/// [`crate::Input::Completed`] with that id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Effect {
+    /// Send `notifications/claude/channel` with `notification` as params to `session`.
+    /// Outcome: `Sent`, or `Failed` (the session is then taken as detached and the
+    /// event goes to another live session or back to the queue).
+    Push {
+        id: EffectId,
+        identity: IdentityId,
+        session: SessionId,
+        /// The event pushed; `None` for the replay-cut notice, which is no event.
+        event_id: Option<EventId>,
+        notification: ChannelNotification,
+    },
+    /// Post a permission prompt to `room` as the identity. Outcome: `Posted` with the
+    /// event id (the prompt becomes answerable), or `Failed` (the prompt is dropped).
+    PostPrompt {
+        id: EffectId,
+        identity: IdentityId,
+        room: RoomId,
+        request_id: RequestId,
+        text: PromptText,
+    },
+    /// Send `notifications/claude/channel/permission` to the session that asked.
+    /// Outcome: `Sent` retires the prompt; `Failed` keeps the verdict for when the
+    /// session attaches again.
+    SendVerdict {
+        id: EffectId,
+        identity: IdentityId,
+        session: SessionId,
+        verdict: PermissionVerdict,
+    },
+    /// Replace the prompt message `event_id` (`m.replace`) to show its outcome.
+    /// Fire and forget.
+    EditPrompt {
+        identity: IdentityId,
+        room: RoomId,
+        event_id: EventId,
+        text: PromptText,
+    },
+    /// Tell someone in Matrix why their message did nothing (an `m.notice` replying to
+    /// `in_reply_to`). Fire and forget.
+    Notice {
+        identity: IdentityId,
+        room: RoomId,
+        in_reply_to: EventId,
+        text: String,
+    },
+    /// A verdict was taken (an audit record; the send follows, now or on attach).
+    Decided {
+        identity: IdentityId,
+        session: SessionId,
+        request_id: RequestId,
+        decision: Decision,
+        at: Millis,
+    },
+    /// Something was not acted on, and why. The server logs it; nothing is dropped
+    /// silently.
+    Dropped {
+        identity: Option<IdentityId>,
+        event_id: Option<EventId>,
+        reason: DropReason,
+    },
+}
+
+/// `notifications/claude/channel` params: `{content, meta}`, every meta value a string.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChannelNotification {
+    /// The sandboxed body. Claude Code inserts it raw inside `<channel …>`.
+    pub content: String,
+    /// Facts about the event; keys match `^[A-Za-z_][A-Za-z0-9_]*$`, never `source`.
+    pub meta: Meta,
+}
+
+/// `notifications/claude/channel/permission` params.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PermissionVerdict {
+    pub request_id: RequestId,
+    pub behavior: Behavior,
+}
+
+/// A prompt message in both forms Matrix carries: `body` and the HTML
+/// `formatted_body` (everything from the tool call escaped).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PromptText {
+    pub plain: String,
+    pub html: String,
+}
+
+/// A verdict taken, by whom and how.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Decision {
+    pub behavior: Behavior,
+    /// The approver whose answer decided.
+    pub by: UserId,
+    pub via: VerdictSource,
+}
+
+/// How a verdict was given.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "via", rename_all = "snake_case")]
+pub enum VerdictSource {
+    /// A `yes abcde` / `no abcde` message.
+    Text { event_id: EventId },
+    /// Reactions on the prompt that were still there when the settle window ended;
+    /// `key` is the raw key of the deciding one.
+    Reaction { event_id: EventId, key: String },
+}
+
+/// Why something was not acted on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum DropReason {
+    /// The identity's own event.
+    OwnEvent,
+    /// The sender is not in `allowed_senders`.
+    Stranger,
+    /// An `m.notice`: bots talk in notices, and notices are never input.
+    Notice,
+    /// The event's content is gone (redacted) or undecodable.
+    NoContent,
+    /// This event id was already processed.
+    Duplicate,
+    /// A verdict (text or reaction) from an allowed sender who is not an approver.
+    NotApprover,
+    /// An edit without `m.new_content`, of an event never pushed, or by someone other
+    /// than the original's sender.
+    EditRejected,
+    /// A redaction of an event that was never pushed.
+    RedactionOfUnpushed,
+    /// A redaction of a vote by someone other than the voter.
+    WithdrawalByOther,
+    /// The session is not attached to this identity.
+    UnknownSession,
+    /// An acknowledgement of an event the identity never pushed.
+    UnknownEvent,
+    /// A permission request while the identity has no approvers.
+    NoApprovers,
+    /// A permission request with no `permission_room` and no room an allowed sender
+    /// wrote in yet.
+    NoPromptRoom,
+    /// A verdict for a request id with no answerable prompt (never issued, expired,
+    /// or already delivered).
+    UnknownRequest,
+    /// A text verdict matching prompts of several sessions, not a reply to one.
+    AmbiguousRequest,
+    /// A verdict for a prompt whose verdict is already being delivered.
+    AlreadyAnswered,
+    /// A prompt's time to live ran out.
+    PromptExpired,
+    /// A prompt was evicted because the identity reached `max_prompts`.
+    PromptEvicted,
+    /// A prompt was replaced by a new request under the same session and id.
+    PromptSuperseded,
+    /// Posting a prompt failed.
+    PromptPostFailed,
+    /// The queue was full; its oldest event was dropped.
+    QueueFull,
+    /// Replay to an attaching session was cut at the budget; these were omitted.
+    ReplayCut { omitted: usize },
+    /// An outcome for an effect id that is not in flight.
+    StaleOutcome,
+    /// An input for an identity that was never added.
+    UnknownIdentity,
+}

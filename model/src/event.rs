@@ -1,0 +1,247 @@
+//! Inputs to the core: Matrix events as the server's adapters decoded them, what the
+//! Claude Code sessions did, and the outcomes of effects.
+//!
+//! The adapters decode with ruma and resolve what the core cannot know without IO
+//! (the parent of a reply); everything they hand over is a plain value.
+
+use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::verdict::RequestId;
+use serde::{Deserialize, Serialize};
+
+/// Everything that can happen to the core. Closed: the server has one arm for each.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Input {
+    /// A Claude Code session attached to the identity (its channel stream is open).
+    /// Queued events and decided verdicts for it are delivered now.
+    Attach {
+        identity: IdentityId,
+        session: SessionId,
+    },
+    /// A session's stream closed. Its prompts stay pending; verdicts wait for it.
+    Detach {
+        identity: IdentityId,
+        session: SessionId,
+    },
+    /// An `m.room.message` event in a joined room.
+    Message {
+        identity: IdentityId,
+        message: Message,
+    },
+    /// An `m.reaction` event (an `m.annotation` relation).
+    Reaction {
+        identity: IdentityId,
+        reaction: Reaction,
+    },
+    /// An `m.room.redaction` event.
+    Redaction {
+        identity: IdentityId,
+        redaction: Redaction,
+    },
+    /// `notifications/claude/channel/permission_request` from a session.
+    PermissionRequest {
+        identity: IdentityId,
+        session: SessionId,
+        request: PermissionRequest,
+    },
+    /// The agent acknowledged an event (the `acknowledge` tool): it is never replayed.
+    Acknowledge {
+        identity: IdentityId,
+        session: SessionId,
+        event_id: EventId,
+    },
+    /// The outcome of an effect that carried an [`EffectId`].
+    Completed { id: EffectId, outcome: Outcome },
+    /// Only time passed. Timers that are due fire (they also fire before any input).
+    Tick,
+}
+
+/// How an effect that expects an outcome ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// A push or a verdict was written to the session's stream.
+    Sent,
+    /// A prompt was posted to Matrix as `event_id`.
+    Posted { event_id: EventId },
+    /// The effect did not happen; `reason` is for logs.
+    Failed { reason: String },
+}
+
+/// `notifications/claude/channel/permission_request` params (Claude Code channel
+/// contract): four strings, the id already parsed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PermissionRequest {
+    /// Five letters from `a-km-z`; a hash of the tool-use id, not unique across sessions.
+    pub request_id: RequestId,
+    /// The tool, for instance `Bash` or `mcp__server__tool`.
+    pub tool_name: String,
+    /// What the tool call does, in Claude Code's words. Untrusted.
+    pub description: String,
+    /// JSON-shaped preview of the tool input, for display only. Untrusted.
+    pub input_preview: String,
+}
+
+/// An `m.room.message` event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Message {
+    pub room: RoomId,
+    pub event_id: EventId,
+    pub sender: UserId,
+    /// The sender's display name in the room, if any. Display only: never used to
+    /// decide anything.
+    pub sender_name: Option<String>,
+    /// `origin_server_ts`, milliseconds.
+    pub origin_server_ts: Millis,
+    /// `None` when the event was redacted (`content: {}`) or has no `msgtype`/`body`.
+    pub content: Option<MessageContent>,
+}
+
+/// The parts of `m.room.message` content the core uses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MessageContent {
+    pub msgtype: MsgType,
+    /// `body`, as sent (with any reply fallback still in it).
+    pub body: String,
+    /// `formatted_body` when `format` is `org.matrix.custom.html`.
+    pub formatted_body: Option<String>,
+    /// `m.relates_to`, decoded.
+    pub relation: Option<Relation>,
+    /// For `m.image`, `m.file`, `m.audio`, `m.video`: what was attached.
+    pub attachment: Option<Attachment>,
+}
+
+/// `msgtype` ([Client-Server API, "m.room.message msgtypes"]).
+///
+/// [Client-Server API, "m.room.message msgtypes"]: https://spec.matrix.org/v1.16/client-server-api/#mroommessage-msgtypes
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MsgType {
+    Text,
+    Emote,
+    /// Bots' messages; never pushed, never verdicts.
+    Notice,
+    Image,
+    File,
+    Audio,
+    Video,
+    Location,
+    /// Any other msgtype, by name.
+    Other(String),
+}
+
+impl MsgType {
+    /// The Matrix name, `m.text` and so on.
+    pub fn as_str(&self) -> &str {
+        match self {
+            MsgType::Text => "m.text",
+            MsgType::Emote => "m.emote",
+            MsgType::Notice => "m.notice",
+            MsgType::Image => "m.image",
+            MsgType::File => "m.file",
+            MsgType::Audio => "m.audio",
+            MsgType::Video => "m.video",
+            MsgType::Location => "m.location",
+            MsgType::Other(name) => name,
+        }
+    }
+}
+
+/// An attachment's facts, pushed as meta and never as body text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Attachment {
+    /// `filename`, or `body` when `filename` is absent.
+    pub filename: String,
+    /// `info.size`, bytes.
+    pub size: Option<u64>,
+    /// `info.mimetype`.
+    pub mimetype: Option<String>,
+}
+
+/// `m.relates_to` of a message ([Client-Server API, "Forming relationships"]).
+///
+/// [Client-Server API, "Forming relationships"]: https://spec.matrix.org/v1.16/client-server-api/#forming-relationships-between-events
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "rel", rename_all = "snake_case")]
+pub enum Relation {
+    /// A rich reply: `m.in_reply_to` without `rel_type`.
+    Reply { in_reply_to: ReplyTo },
+    /// `rel_type: m.replace`: an edit of `original`.
+    Replacement {
+        original: EventId,
+        /// `m.new_content`; `None` when absent (the edit is then dropped).
+        new_content: Option<NewContent>,
+    },
+    /// `rel_type: m.thread`. With `is_falling_back: true` the `m.in_reply_to` is only a
+    /// fallback for clients without threads and is not a reply.
+    Thread {
+        root: EventId,
+        in_reply_to: Option<ReplyTo>,
+        is_falling_back: bool,
+    },
+}
+
+impl Relation {
+    /// The event this message really replies to: a rich reply, or a thread message
+    /// whose `m.in_reply_to` is not a fallback.
+    pub fn reply_to(&self) -> Option<&ReplyTo> {
+        match self {
+            Relation::Reply { in_reply_to } => Some(in_reply_to),
+            Relation::Thread {
+                in_reply_to: Some(in_reply_to),
+                is_falling_back: false,
+                ..
+            } => Some(in_reply_to),
+            Relation::Thread { .. } | Relation::Replacement { .. } => None,
+        }
+    }
+}
+
+/// The target of a reply, with the parent as the adapter could resolve it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReplyTo {
+    pub event_id: EventId,
+    /// `None` when the parent could not be fetched (unknown, forbidden, redacted):
+    /// pushed as an explicit unresolved marker.
+    pub parent: Option<Parent>,
+}
+
+/// A reply's parent event, as fetched by the adapter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Parent {
+    pub sender: UserId,
+    pub body: String,
+    /// Whether the parent is itself a reply (its own fallback is then stripped).
+    pub has_reply_relation: bool,
+}
+
+/// `m.new_content` of an edit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NewContent {
+    pub msgtype: MsgType,
+    pub body: String,
+}
+
+/// An `m.reaction` event: an `m.annotation` of `relates_to` with `key`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Reaction {
+    pub room: RoomId,
+    pub event_id: EventId,
+    pub sender: UserId,
+    pub origin_server_ts: Millis,
+    /// The annotated event.
+    pub relates_to: EventId,
+    /// The raw key, as sent (kept for display; normalised only to compare).
+    pub key: String,
+}
+
+/// An `m.room.redaction` event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Redaction {
+    pub room: RoomId,
+    pub event_id: EventId,
+    pub sender: UserId,
+    pub origin_server_ts: Millis,
+    /// The redacted event.
+    pub redacts: EventId,
+}

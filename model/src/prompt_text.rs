@@ -1,0 +1,101 @@
+//! The text of a permission prompt in Matrix, and of its outcome edit.
+//!
+//! The prompt carries the request id verbatim (Claude Code's terminal never shows
+//! it, so the approver can only learn it here) and the reply instruction. Everything
+//! from the tool call is untrusted: it is clipped on character boundaries before the
+//! instruction is appended, so the instruction is never cut, and it is HTML-escaped
+//! in `formatted_body`.
+
+use crate::config::IdentityConfig;
+use crate::effect::{Decision, PromptText, VerdictSource};
+use crate::event::PermissionRequest;
+use crate::fallback::clip_chars;
+use crate::verdict::Behavior;
+use html_escape::encode_text;
+
+/// At most this many characters of `tool_name` are shown.
+pub const TOOL_NAME_CHARS: usize = 100;
+/// At most this many characters of `description` are shown.
+pub const DESCRIPTION_CHARS: usize = 600;
+/// At most this many characters of `input_preview` are shown.
+pub const PREVIEW_CHARS: usize = 1_200;
+
+/// A field clipped to `max` characters, with `…` when something was cut.
+fn clipped(text: &str, max: usize) -> String {
+    match clip_chars(text, max) {
+        (head, true) => format!("{head}…"),
+        (whole, false) => whole.to_owned(),
+    }
+}
+
+fn html(text: &str) -> String {
+    encode_text(text).replace('\n', "<br>")
+}
+
+fn keys(keys: impl Iterator<Item = impl AsRef<str>>) -> String {
+    keys.map(|k| k.as_ref().to_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The prompt posted for `request`: the tool, the description, the input preview,
+/// then the instruction line with the request id, in plain text and HTML.
+pub fn render_prompt(config: &IdentityConfig, request: &PermissionRequest) -> PromptText {
+    let id = request.request_id.as_str();
+    let tool = clipped(&request.tool_name, TOOL_NAME_CHARS);
+    let description = clipped(&request.description, DESCRIPTION_CHARS);
+    let preview = clipped(&request.input_preview, PREVIEW_CHARS);
+    let approve = keys(config.reaction_keys.approve());
+    let deny = keys(config.reaction_keys.deny());
+    let instruction =
+        format!("Reply \"yes {id}\" to allow or \"no {id}\" to deny, or react {approve} / {deny}.");
+    let plain = format!(
+        "🔐 Permission request {id}: Claude Code wants to run {tool}\n\
+         {description}\nInput: {preview}\n\n{instruction}"
+    );
+    let html = format!(
+        "<p>🔐 Permission request <code>{id}</code>: Claude Code wants to run <b>{}</b></p>\
+         <p>{}</p><pre><code>{}</code></pre><p>{}</p>",
+        html(&tool),
+        html(&description),
+        encode_text(&preview),
+        html(&instruction),
+    );
+    PromptText { plain, html }
+}
+
+/// What a prompt ended as, for its edit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromptOutcome<'a> {
+    /// A verdict reached the session that asked.
+    Decided(&'a Decision),
+    /// The prompt ran out of time, was evicted, or was replaced.
+    Expired,
+}
+
+/// The edit of a prompt message once its outcome is known.
+pub fn render_outcome(request: &PermissionRequest, outcome: PromptOutcome<'_>) -> PromptText {
+    let id = request.request_id.as_str();
+    let tool = clipped(&request.tool_name, TOOL_NAME_CHARS);
+    let head = match outcome {
+        PromptOutcome::Decided(decision) => {
+            let (mark, word) = match decision.behavior {
+                Behavior::Allow => ("✅", "Allowed"),
+                Behavior::Deny => ("❌", "Denied"),
+            };
+            let how = match &decision.via {
+                VerdictSource::Text { .. } => "by reply".to_owned(),
+                VerdictSource::Reaction { key, .. } => format!("with {key}"),
+            };
+            format!("{mark} {word} by {} {how}", decision.by)
+        }
+        PromptOutcome::Expired => "⌛ Expired: no answer in time".to_owned(),
+    };
+    let plain = format!("{head}: permission request {id} ({tool})");
+    let html = format!(
+        "<p>{}: permission request <code>{id}</code> (<b>{}</b>)</p>",
+        html(&head),
+        html(&tool)
+    );
+    PromptText { plain, html }
+}

@@ -1,0 +1,247 @@
+//! Rendering events as `notifications/claude/channel` params.
+//!
+//! The body is untrusted prose: it goes through [`crate::sandbox::sandbox_body`].
+//! Facts that must not be forged (who, where, what kind, attachment names, whether
+//! something was cut or neutralised) go in [`Meta`], which Claude Code escapes.
+
+use crate::config::{Gate, IdentityConfig};
+use crate::effect::ChannelNotification;
+use crate::event::{Message, MessageContent, MsgType, NewContent, Reaction, Redaction, ReplyTo};
+use crate::fallback::{clip_chars, quote, strip_plain_reply_fallback};
+use crate::ids::{EventId, Millis, RoomId, UserId};
+use crate::meta::{Meta, MetaKey};
+use crate::sandbox::{neutralise, sandbox_body};
+
+/// Display names and reaction keys are clipped to this many characters.
+pub const SHORT_FIELD_CHARS: usize = 100;
+/// Attachment file names are clipped to this many characters.
+pub const FILENAME_CHARS: usize = 200;
+
+/// What a push is (the `kind` meta value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PushKind {
+    Message,
+    Edit,
+    Reaction,
+    Retraction,
+    ReplayCut,
+}
+
+impl PushKind {
+    /// The `kind` meta value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PushKind::Message => "message",
+            PushKind::Edit => "edit",
+            PushKind::Reaction => "reaction",
+            PushKind::Retraction => "retraction",
+            PushKind::ReplayCut => "replay_cut",
+        }
+    }
+}
+
+struct Origin<'a> {
+    room: &'a RoomId,
+    event_id: &'a EventId,
+    sender: &'a UserId,
+    sender_name: Option<&'a str>,
+    ts: Millis,
+}
+
+fn base_meta(kind: PushKind, origin: Origin<'_>) -> Meta {
+    let mut meta = Meta::default();
+    meta.set(MetaKey::Kind, kind.as_str());
+    meta.set(MetaKey::RoomId, origin.room.as_str());
+    meta.set(MetaKey::EventId, origin.event_id.as_str());
+    meta.set(MetaKey::Sender, origin.sender.as_str());
+    let name = origin.sender_name.unwrap_or(origin.sender.as_str());
+    meta.set(MetaKey::User, one_line(name, SHORT_FIELD_CHARS));
+    meta.set(MetaKey::Ts, origin.ts.to_string());
+    meta
+}
+
+/// A display field: one line, clipped, neutralised.
+fn one_line(text: &str, max: usize) -> String {
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (safe, _) = neutralise(&folded);
+    clip_chars(&safe, max).0.to_owned()
+}
+
+/// Sandboxes `body` into the notification content and flags what was done in meta.
+fn body_into(meta: &mut Meta, body: &str, cap_bytes: usize) -> String {
+    let sandboxed = sandbox_body(body, cap_bytes);
+    if sandboxed.suspicious {
+        meta.set(MetaKey::Suspicious, "true");
+    }
+    if let Some(cut) = sandboxed.truncated {
+        meta.set(MetaKey::Truncated, "true");
+        meta.set(MetaKey::OriginalBytes, cut.original_bytes.to_string());
+    }
+    sandboxed.text
+}
+
+fn reply_into(meta: &mut Meta, config: &IdentityConfig, reply: &ReplyTo) {
+    meta.set(MetaKey::InReplyTo, reply.event_id.as_str());
+    let Some(parent) = &reply.parent else {
+        meta.set(MetaKey::InReplyToStatus, "unresolved");
+        return;
+    };
+    let trust = match config.gate(&parent.sender) {
+        Gate::Own => "own",
+        Gate::Stranger => "stranger",
+        Gate::Allowed | Gate::Approver => "allowed",
+    };
+    let quoted = quote(&parent.body, parent.has_reply_relation, config.quote_cap_chars);
+    meta.set(MetaKey::InReplyToStatus, "quoted");
+    meta.set(MetaKey::InReplyToTrust, trust);
+    meta.set(MetaKey::InReplyToSender, parent.sender.as_str());
+    meta.set(MetaKey::InReplyToQuote, quoted.text);
+    if quoted.suspicious {
+        meta.set(MetaKey::Suspicious, "true");
+    }
+}
+
+fn attachment_kind(msgtype: &MsgType) -> Option<&'static str> {
+    match msgtype {
+        MsgType::Image => Some("image"),
+        MsgType::File => Some("file"),
+        MsgType::Audio => Some("audio"),
+        MsgType::Video => Some("video"),
+        _ => None,
+    }
+}
+
+/// A chat message from an allowed sender.
+///
+/// The reply fallback is stripped only when a reply relation is present
+/// ([Client-Server API, "Fallbacks for rich replies"]). An attachment's facts go in
+/// meta; its content is its caption when the body differs from the file name, and
+/// otherwise the fixed text `(attachment)`.
+///
+/// [Client-Server API, "Fallbacks for rich replies"]: https://spec.matrix.org/v1.16/client-server-api/#fallbacks-for-rich-replies
+pub fn render_message(
+    config: &IdentityConfig,
+    message: &Message,
+    content: &MessageContent,
+) -> ChannelNotification {
+    let mut meta = base_meta(
+        PushKind::Message,
+        Origin {
+            room: &message.room,
+            event_id: &message.event_id,
+            sender: &message.sender,
+            sender_name: message.sender_name.as_deref(),
+            ts: message.origin_server_ts,
+        },
+    );
+    meta.set(MetaKey::Msgtype, content.msgtype.as_str());
+    let reply = content.relation.as_ref().and_then(|r| r.reply_to());
+    let body = match reply {
+        Some(_) => strip_plain_reply_fallback(&content.body),
+        None => content.body.as_str(),
+    };
+    if let Some(crate::event::Relation::Thread { root, .. }) = &content.relation {
+        meta.set(MetaKey::ThreadRoot, root.as_str());
+    }
+    if let Some(reply) = reply {
+        reply_into(&mut meta, config, reply);
+    }
+    let kind = attachment_kind(&content.msgtype);
+    let text = match (kind, &content.attachment) {
+        (Some(kind), Some(file)) => {
+            meta.set(MetaKey::AttachmentKind, kind);
+            meta.set(MetaKey::AttachmentName, one_line(&file.filename, FILENAME_CHARS));
+            if let Some(size) = file.size {
+                meta.set(MetaKey::AttachmentSize, size.to_string());
+            }
+            if let Some(mime) = &file.mimetype {
+                meta.set(MetaKey::AttachmentMime, one_line(mime, SHORT_FIELD_CHARS));
+            }
+            if body.is_empty() || body == file.filename {
+                "(attachment)".to_owned()
+            } else {
+                body_into(&mut meta, body, config.body_cap_bytes)
+            }
+        }
+        _ => body_into(&mut meta, body, config.body_cap_bytes),
+    };
+    ChannelNotification {
+        content: text,
+        meta,
+    }
+}
+
+/// An edit (`m.replace`) as a correction of `original`: the text of `m.new_content`,
+/// never the `* ` fallback body ([Client-Server API, "Event replacements"]).
+///
+/// [Client-Server API, "Event replacements"]: https://spec.matrix.org/v1.16/client-server-api/#event-replacements
+pub fn render_edit(
+    config: &IdentityConfig,
+    message: &Message,
+    original: &EventId,
+    new_content: &NewContent,
+) -> ChannelNotification {
+    let mut meta = base_meta(
+        PushKind::Edit,
+        Origin {
+            room: &message.room,
+            event_id: &message.event_id,
+            sender: &message.sender,
+            sender_name: message.sender_name.as_deref(),
+            ts: message.origin_server_ts,
+        },
+    );
+    meta.set(MetaKey::EditOf, original.as_str());
+    meta.set(MetaKey::Msgtype, new_content.msgtype.as_str());
+    let content = body_into(&mut meta, &new_content.body, config.body_cap_bytes);
+    ChannelNotification { content, meta }
+}
+
+/// A reaction that is not a verdict: its raw key and the event it annotates.
+pub fn render_reaction(reaction: &Reaction) -> ChannelNotification {
+    let mut meta = base_meta(
+        PushKind::Reaction,
+        Origin {
+            room: &reaction.room,
+            event_id: &reaction.event_id,
+            sender: &reaction.sender,
+            sender_name: None,
+            ts: reaction.origin_server_ts,
+        },
+    );
+    let key = one_line(&reaction.key, SHORT_FIELD_CHARS);
+    meta.set(MetaKey::ReactionKey, key.as_str());
+    meta.set(MetaKey::ReactedTo, reaction.relates_to.as_str());
+    let content = format!("reacted {key} to {}", reaction.relates_to);
+    ChannelNotification { content, meta }
+}
+
+/// A redaction of something already pushed, as a retraction.
+pub fn render_retraction(redaction: &Redaction) -> ChannelNotification {
+    let mut meta = base_meta(
+        PushKind::Retraction,
+        Origin {
+            room: &redaction.room,
+            event_id: &redaction.event_id,
+            sender: &redaction.sender,
+            sender_name: None,
+            ts: redaction.origin_server_ts,
+        },
+    );
+    meta.set(MetaKey::Redacts, redaction.redacts.as_str());
+    let content = format!("retracted {}", redaction.redacts);
+    ChannelNotification { content, meta }
+}
+
+/// The notice sent before a replay that was cut at the budget.
+pub fn render_replay_cut(omitted: usize) -> ChannelNotification {
+    let mut meta = Meta::default();
+    meta.set(MetaKey::Kind, PushKind::ReplayCut.as_str());
+    meta.set(MetaKey::ReplayOmitted, omitted.to_string());
+    let content = format!(
+        "{omitted} older events arrived while no session was attached and are not \
+         replayed; read them from the room if they matter."
+    );
+    ChannelNotification { content, meta }
+}
