@@ -1,1 +1,1394 @@
-//! The stateright model (WIP).
+//! The stateright model: the bounded world in which every invariant is checked.
+//!
+//! [`World`] drives the very [`Channel::handle`] the server runs. Each action is one
+//! thing that can happen: a Claude Code session attaches, detaches or asks for
+//! permission; someone writes, replies, edits, reacts or redacts in Matrix; a verdict
+//! send completes or fails; a push fails; time passes to (or just before) the next
+//! deadline. The world keeps its own record of what happened in Matrix and what
+//! each session received, and a monitor compares every effect with it: a violation
+//! sets a bit in [`State::bad`], and each `always` property asks that its bit stays
+//! clear. Each has a `sometimes` partner showing that the good path is reachable.
+//!
+//! A [`Fault`] makes the world (the adapters around the core, or the operator's
+//! settings) misbehave in one deliberate way; the tests in `tests/model_check.rs`
+//! switch each on and assert the checker finds the matching counterexample, so no
+//! property holds because nothing happens.
+//!
+//! The cast: identity A (`@bot:a`) with approver Ann, allowed non-approver Carl, and
+//! the stranger Eve, sessions S1 and S2, rooms `!r1:a` and `!r2:a`, no fixed
+//! permission room; identity B (`@bot:b`) with approver Ann, session S3 and the
+//! permission room `!rb:b`. Request ids `abcde` and `fghij`.
+
+use crate::config::{Gate, IdentityConfig};
+use crate::effect::{DropReason, Effect, VerdictSource};
+use crate::event::{
+    Input, Message, MessageContent, MsgType, NewContent, Outcome, Parent, PermissionRequest,
+    Reaction, Redaction, Relation, ReplyTo,
+};
+use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::meta::MetaKey;
+use crate::verdict::{Behavior, RequestId};
+use crate::{Channel, Phase};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use stateright::{Model, Property};
+
+/// Prompt time to live in the world, ms.
+pub const TTL: Millis = 10_000;
+/// Settle window in the world, ms.
+pub const SETTLE: Millis = 3_000;
+/// Prompt cap per identity in the world.
+pub const CAP: usize = 2;
+/// The world's clock at the start, ms.
+pub const START: Millis = 1_000;
+
+/// Who acts in Matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Who {
+    /// Approver of both identities.
+    Ann,
+    /// Allowed sender of A, not an approver.
+    Carl,
+    /// A stranger; her display name is "Ann".
+    Eve,
+    /// The identity's own account.
+    Bot,
+}
+
+/// The two identities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ident {
+    A,
+    B,
+}
+
+/// The three Claude Code sessions: S1 and S2 of A, S3 of B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Sess {
+    S1,
+    S2,
+    S3,
+}
+
+/// The two request ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rid {
+    /// `abcde`
+    R1,
+    /// `fghij`
+    R2,
+}
+
+/// What a message says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Text {
+    Chat,
+    Notice,
+    Yes(Rid),
+    No(Rid),
+}
+
+/// A reaction key: `👍️` (with U+FE0F) or `👎🏽` (with a skin tone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key {
+    Up,
+    Down,
+}
+
+/// One step of the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Attach(Sess),
+    Detach(Sess),
+    /// A `permission_request` from a live session.
+    Request(Sess, Rid),
+    /// A message in room `room` (0 or 1 of the identity's rooms).
+    Say {
+        ident: Ident,
+        who: Who,
+        room: u8,
+        text: Text,
+    },
+    /// Ann answers `yes <id>` as a Matrix reply to the prompt with this index.
+    ReplyYes { prompt: usize },
+    /// A reaction on a prompt (by index in the world's prompts).
+    ReactPrompt { who: Who, prompt: usize, key: Key },
+    /// Ann reacts 👍️ on a message (by index), which is not a prompt.
+    ReactMessage { message: usize },
+    /// A reaction is redacted by `who`.
+    RedactReaction { reaction: usize, who: Who },
+    /// Ann redacts a message (by index).
+    RedactMessage { message: usize },
+    /// `who` edits a message (by index).
+    Edit { who: Who, message: usize },
+    /// The agent acknowledges a message through a session.
+    Ack(Sess, usize),
+    /// An event that leaves no trace in the world's record: a stranger's, the
+    /// identity's own, a notice, a non-approver's verdict. Fixed event ids, so a
+    /// repeat is a duplicate.
+    Noise(Noise),
+    /// Carl redacts one of Ann's reactions (by index).
+    CarlRedacts { reaction: usize },
+    /// A held verdict send completes.
+    CompleteVerdict { send: EffectId, ok: bool },
+    /// The next push fails.
+    ArmPushFailure,
+    /// Time passes to the next deadline.
+    Tick,
+    /// Time passes to just before the next deadline.
+    TickBefore,
+}
+
+/// Events that only the monitor looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Noise {
+    /// Eve (display name "Ann") chats in A's second room.
+    EveChat,
+    /// Eve answers `yes abcde` in A.
+    EveYes,
+    /// The identity's own message echoed back by sync.
+    BotChat,
+    /// Carl sends an `m.notice`.
+    CarlNotice,
+    /// Carl answers `yes abcde`.
+    CarlYes,
+    /// Carl reacts 👍️ on a prompt (by index).
+    CarlUp(usize),
+    /// Eve reacts 👍️ on a prompt (by index).
+    EveUp(usize),
+}
+
+/// A deliberate fault in the world around the core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// The operator lists Eve as an allowed sender and approver of A.
+    StrangerAllowed,
+    /// The operator makes Carl an approver of A.
+    CarlApprover,
+    /// The server sends each verdict to every live session of the identity.
+    VerdictToEverySession,
+    /// The server reports a delivered verdict as failed.
+    MisreportVerdicts,
+    /// The server reports delivered pushes as failed.
+    MisreportPushes,
+    /// The adapter loses pushes yet reports them sent.
+    LosePushes,
+    /// The adapter mangles `yes abcde` with a zero-width space.
+    DisguiseVerdicts,
+    /// The adapter decodes `m.notice` as `m.text`.
+    NoticeAsText,
+    /// The server routes B's Matrix events to A.
+    MisrouteToA,
+    /// A tool call widens A's allowlist.
+    WidenOnAck,
+    /// The operator's cap is three, not two.
+    CapThree,
+    /// The adapter loses redactions.
+    LoseRedactions,
+    /// The adapter loses 👎 reactions.
+    LoseDenyReactions,
+    /// The settle window is 1 ms.
+    ShortSettle,
+    /// The time to live is doubled.
+    LongTtl,
+    /// The agent's acknowledgements are lost.
+    DropAcks,
+    /// The server pushes replayed events newest first.
+    ReverseReplay,
+    /// The adapter claims every edit comes from the original's sender.
+    ForgeEditSender,
+    /// A re-issued prompt gets the serial of the one it replaced.
+    SerialReuse,
+}
+
+/// How much of each kind of action one run may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// At most this many messages, reactions, redactions, edits, requests and acks
+    /// in all (noise, sessions, outcomes and time are not counted).
+    pub events: u8,
+    pub messages: u8,
+    pub reactions: u8,
+    pub redactions: u8,
+    pub edits: u8,
+    pub requests: u8,
+    pub failures: u8,
+    pub acks: u8,
+    pub toggles: u8,
+    pub early_ticks: u8,
+    /// Noise events (not counted in `events`).
+    pub noise: u8,
+    /// Actions of any kind in one run: the depth of the search.
+    pub steps: u8,
+}
+
+impl Bounds {
+    /// The pinned bounds of `scope`.
+    pub fn pinned(scope: Scope) -> Self {
+        match scope {
+            Scope::Delivery => Self {
+                events: 4,
+                messages: 3,
+                reactions: 1,
+                redactions: 1,
+                edits: 1,
+                requests: 0,
+                failures: 1,
+                acks: 1,
+                toggles: 3,
+                early_ticks: 0,
+                noise: 1,
+                steps: 6,
+            },
+            Scope::Prompts => Self {
+                events: 4,
+                messages: 2,
+                reactions: 2,
+                redactions: 1,
+                edits: 0,
+                requests: 3,
+                failures: 1,
+                acks: 0,
+                toggles: 2,
+                early_ticks: 1,
+                noise: 1,
+                steps: 5,
+            },
+        }
+    }
+}
+
+/// Which half of the world's alphabet is in play. One world with every action at
+/// once does not fit the checker's time budget, so the bounded world is checked as
+/// two pinned scopes that share the cast, the core, the monitor and every property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Chat, the gate, edits, redactions, acknowledgements, replay, push failures and
+    /// isolation; no permission requests.
+    Delivery,
+    /// Permission requests, verdicts by text and by reaction, withdrawal, expiry, the
+    /// cap, re-issue and verdict-send failures. Starts with S1 attached and Ann's
+    /// first message in `!r1:a` pushed, so prompts have a room.
+    Prompts,
+}
+
+/// The checked model: scope, bounds and an optional fault.
+#[derive(Clone, Debug)]
+pub struct World {
+    pub scope: Scope,
+    pub bounds: Bounds,
+    pub fault: Option<Fault>,
+}
+
+/// A message in the world's record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WMessage {
+    pub ident: Ident,
+    pub event_id: EventId,
+    pub who: Who,
+    pub text: Text,
+    /// For an edit, the index of the original.
+    pub edit_of: Option<usize>,
+    pub redacted: bool,
+}
+
+/// A reaction in the world's record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WReaction {
+    pub ident: Ident,
+    pub event_id: EventId,
+    pub who: Who,
+    pub target: EventId,
+    pub key: Key,
+    pub created: Millis,
+    /// Redacted by its own sender.
+    pub redacted: bool,
+}
+
+/// A posted prompt in the world's record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WPrompt {
+    pub ident: Ident,
+    pub session: Sess,
+    pub rid: Rid,
+    pub message: EventId,
+    pub issued: Millis,
+    /// Verdict sends to the session that completed.
+    pub delivered: u8,
+}
+
+/// The world's state: the core, and the world's own record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub channel: Channel,
+    pub now: Millis,
+    next_event: u32,
+    used: Bounds,
+    pub messages: Vec<WMessage>,
+    pub reactions: Vec<WReaction>,
+    pub prompts: Vec<WPrompt>,
+    /// (session, event) pairs pushed.
+    pub pushed: BTreeSet<(Sess, EventId)>,
+    pub acked: BTreeSet<EventId>,
+    /// Verdict sends in flight: effect id to prompt index.
+    pub held: BTreeMap<EffectId, usize>,
+    last_allowed_room: Option<RoomId>,
+    attached: BTreeSet<Sess>,
+    push_failure_armed: bool,
+    /// Violations seen, one bit per `always` property.
+    pub bad: u32,
+    /// Good things that happened in the step that led here, one bit per `sometimes`
+    /// property that needs history. Cleared every step, so it does not split states.
+    pub seen: u32,
+}
+
+// ----- the cast ------------------------------------------------------------------
+
+impl Ident {
+    pub fn id(self) -> IdentityId {
+        match self {
+            Ident::A => "a".into(),
+            Ident::B => "b".into(),
+        }
+    }
+
+    fn room(self, index: u8) -> RoomId {
+        match (self, index) {
+            (Ident::A, 0) => "!r1:a".into(),
+            (Ident::A, _) => "!r2:a".into(),
+            (Ident::B, _) => "!rb:b".into(),
+        }
+    }
+
+    fn bot(self) -> UserId {
+        match self {
+            Ident::A => "@bot:a".into(),
+            Ident::B => "@bot:b".into(),
+        }
+    }
+}
+
+impl Who {
+    pub fn user(self, ident: Ident) -> UserId {
+        match self {
+            Who::Ann => "@ann:hs".into(),
+            Who::Carl => "@carl:hs".into(),
+            Who::Eve => "@eve:evil".into(),
+            Who::Bot => ident.bot(),
+        }
+    }
+}
+
+impl Sess {
+    pub fn ident(self) -> Ident {
+        match self {
+            Sess::S1 | Sess::S2 => Ident::A,
+            Sess::S3 => Ident::B,
+        }
+    }
+
+    pub fn id(self) -> SessionId {
+        match self {
+            Sess::S1 => "s1".into(),
+            Sess::S2 => "s2".into(),
+            Sess::S3 => "s3".into(),
+        }
+    }
+
+    fn from_id(id: &SessionId) -> Option<Sess> {
+        [Sess::S1, Sess::S2, Sess::S3]
+            .into_iter()
+            .find(|s| s.id() == *id)
+    }
+}
+
+impl Rid {
+    pub fn id(self) -> RequestId {
+        let text = match self {
+            Rid::R1 => "abcde",
+            Rid::R2 => "fghij",
+        };
+        // A constant of the request-id alphabet; the test suite parses both.
+        RequestId::parse(text).expect("constant request id")
+    }
+}
+
+impl Key {
+    fn raw(self) -> &'static str {
+        match self {
+            Key::Up => "👍\u{FE0F}",
+            Key::Down => "👎\u{1F3FD}",
+        }
+    }
+}
+
+/// Bits of [`State::bad`], one per `always` property.
+mod bad {
+    pub const STRANGER_VERDICT: u32 = 1 << 0;
+    pub const NON_APPROVER_VERDICT: u32 = 1 << 1;
+    pub const VERDICT_MISROUTED: u32 = 1 << 2;
+    pub const VERDICT_TWICE: u32 = 1 << 3;
+    pub const PUSH_TWICE: u32 = 1 << 4;
+    pub const VERDICT_PUSHED: u32 = 1 << 5;
+    pub const STRANGER_PUSHED: u32 = 1 << 6;
+    pub const OWN_OR_NOTICE_PUSHED: u32 = 1 << 7;
+    pub const CROSS_IDENTITY: u32 = 1 << 8;
+    pub const WITHDRAWN_COUNTED: u32 = 1 << 9;
+    pub const DENY_LOST: u32 = 1 << 10;
+    pub const EARLY_VERDICT: u32 = 1 << 11;
+    pub const EXPIRED_ANSWERED: u32 = 1 << 12;
+    pub const WRONG_ROOM: u32 = 1 << 13;
+    pub const ACKED_REPLAYED: u32 = 1 << 14;
+    pub const FOREIGN_EDIT: u32 = 1 << 15;
+    pub const REPLAY_ORDER: u32 = 1 << 16;
+    pub const WRONG_RETIREMENT: u32 = 1 << 17;
+}
+
+/// Bits of [`State::seen`].
+mod seen {
+    pub const VERDICT_S2: u32 = 1 << 0;
+    pub const REANSWERED: u32 = 1 << 1;
+    pub const TWO_SESSIONS: u32 = 1 << 2;
+    pub const TEXT_VERDICT: u32 = 1 << 3;
+    pub const REACTION_VERDICT: u32 = 1 << 4;
+    pub const DENY_BY_REACTION: u32 = 1 << 5;
+    pub const EXPIRED: u32 = 1 << 6;
+    pub const REPLAYED: u32 = 1 << 7;
+    pub const REPLAYED_TWO: u32 = 1 << 8;
+    pub const EDIT_PUSHED: u32 = 1 << 9;
+    pub const STALE_SEND: u32 = 1 << 11;
+    pub const B_PUSHED: u32 = 1 << 12;
+    pub const OWN_DROPPED: u32 = 1 << 13;
+    pub const POSTED_TO_R2: u32 = 1 << 14;
+    pub const VERDICT_DELIVERED: u32 = 1 << 15;
+    pub const ALLOWED_PUSHED: u32 = 1 << 16;
+    pub const EVICTED: u32 = 1 << 17;
+}
+
+
+impl World {
+    /// The pinned world of `scope`, no fault.
+    pub fn new(scope: Scope) -> Self {
+        Self {
+            scope,
+            bounds: Bounds::pinned(scope),
+            fault: None,
+        }
+    }
+
+    /// The pinned world of `scope` with `fault` switched on.
+    pub fn with_fault(scope: Scope, fault: Fault) -> Self {
+        Self {
+            fault: Some(fault),
+            ..Self::new(scope)
+        }
+    }
+
+    fn has(&self, fault: Fault) -> bool {
+        self.fault == Some(fault)
+    }
+
+    /// The operator's settings for `ident` in this world (faults included).
+    pub fn config(&self, ident: Ident) -> IdentityConfig {
+        let ann = Who::Ann.user(ident);
+        let mut config = match ident {
+            Ident::A => {
+                let mut c = IdentityConfig::new(ident.bot(), [ann.clone(), Who::Carl.user(ident)]);
+                c.approvers = Some([ann].into());
+                c
+            }
+            Ident::B => {
+                let mut c = IdentityConfig::new(ident.bot(), [ann]);
+                c.permission_room = Some(ident.room(0));
+                c
+            }
+        };
+        config.prompt_ttl_ms = TTL;
+        config.settle_ms = SETTLE;
+        config.max_prompts = CAP;
+        if ident == Ident::A {
+            self.configure_faults(&mut config);
+        }
+        config
+    }
+
+    fn configure_faults(&self, config: &mut IdentityConfig) {
+        let eve = Who::Eve.user(Ident::A);
+        let carl = Who::Carl.user(Ident::A);
+        let approvers = config.approvers.get_or_insert_with(BTreeSet::new);
+        match self.fault {
+            Some(Fault::StrangerAllowed) => {
+                config.allowed_senders.insert(eve.clone());
+                approvers.insert(eve);
+            }
+            Some(Fault::CarlApprover) => {
+                approvers.insert(carl);
+            }
+            Some(Fault::CapThree) => config.max_prompts = CAP + 1,
+            Some(Fault::ShortSettle) => config.settle_ms = 1,
+            Some(Fault::LongTtl) => config.prompt_ttl_ms = TTL * 2,
+            _ => {}
+        }
+    }
+
+    fn gate(&self, ident: Ident, who: Who) -> Gate {
+        World::new(self.scope).config(ident).gate(&who.user(ident))
+    }
+}
+
+// ----- inputs the world builds ---------------------------------------------------
+
+fn body(text: Text) -> String {
+    match text {
+        Text::Chat => "hello".to_owned(),
+        Text::Notice => "beep".to_owned(),
+        Text::Yes(rid) => format!("yes {}", rid.id()),
+        Text::No(rid) => format!("No {}", rid.id()),
+    }
+}
+
+impl State {
+    fn fresh_event(&mut self) -> EventId {
+        self.next_event += 1;
+        EventId(format!("$e{:02}", self.next_event))
+    }
+
+    fn message_input(&self, ident: Ident, who: Who, room: RoomId, event_id: EventId, content: MessageContent) -> Input {
+        Input::Message {
+            identity: ident.id(),
+            message: Message {
+                room,
+                event_id,
+                sender: who.user(ident),
+                sender_name: Some(if who == Who::Eve { "Ann" } else { "someone" }.to_owned()),
+                origin_server_ts: self.now,
+                content: Some(content),
+            },
+        }
+    }
+
+    fn live(&self, sess: Sess) -> bool {
+        self.attached.contains(&sess)
+    }
+}
+
+fn plain(msgtype: MsgType, body: String, relation: Option<Relation>) -> MessageContent {
+    MessageContent {
+        msgtype,
+        body,
+        formatted_body: None,
+        relation,
+        attachment: None,
+    }
+}
+
+// ----- the model -----------------------------------------------------------------
+
+impl Model for World {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let mut channel = Channel::new();
+        for ident in [Ident::A, Ident::B] {
+            // The world's settings are valid by construction; a test checks each.
+            channel
+                .add_identity(ident.id(), self.config(ident))
+                .expect("valid world config");
+        }
+        // Identity B's session is attached from the start: B only checks isolation.
+        channel.handle(
+            START,
+            Input::Attach {
+                identity: Ident::B.id(),
+                session: Sess::S3.id(),
+            },
+        );
+        let mut state = State {
+            channel,
+            now: START,
+            next_event: 0,
+            used: Bounds {
+                events: 0,
+                messages: 0,
+                reactions: 0,
+                redactions: 0,
+                edits: 0,
+                requests: 0,
+                failures: 0,
+                acks: 0,
+                toggles: 0,
+                early_ticks: 0,
+                noise: 0,
+                steps: 0,
+            },
+            messages: Vec::new(),
+            reactions: Vec::new(),
+            prompts: Vec::new(),
+            pushed: BTreeSet::new(),
+            acked: BTreeSet::new(),
+            held: BTreeMap::new(),
+            last_allowed_room: None,
+            attached: [Sess::S3].into(),
+            push_failure_armed: false,
+            bad: 0,
+            seen: 0,
+        };
+        if self.scope == Scope::Prompts {
+            for action in [
+                Action::Attach(Sess::S1),
+                Action::Say { ident: Ident::A, who: Who::Ann, room: 0, text: Text::Chat },
+            ] {
+                // The prelude's actions are always enabled in the first states.
+                state = self.next_state(&state, action).expect("prelude");
+            }
+            state.used = Bounds { events: 0, messages: 0, toggles: 0, steps: 0, ..state.used };
+        }
+        vec![state]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let b = &self.bounds;
+        let u = &s.used;
+        if u.steps >= b.steps {
+            return;
+        }
+        let room_for_events = u.events < b.events;
+        if u.toggles < b.toggles {
+            for sess in [Sess::S1, Sess::S2] {
+                actions.push(if s.live(sess) {
+                    Action::Detach(sess)
+                } else {
+                    Action::Attach(sess)
+                });
+            }
+        }
+        if room_for_events && u.requests < b.requests {
+            for (sess, rid) in [(Sess::S1, Rid::R1), (Sess::S1, Rid::R2), (Sess::S2, Rid::R1), (Sess::S3, Rid::R1)] {
+                if s.live(sess) {
+                    actions.push(Action::Request(sess, rid));
+                }
+            }
+        }
+        if room_for_events && u.messages < b.messages {
+            let says: &[(Ident, Who, u8, Text)] = match self.scope {
+                Scope::Delivery => &[
+                    (Ident::A, Who::Ann, 0, Text::Chat),
+                    (Ident::A, Who::Carl, 1, Text::Chat),
+                    (Ident::A, Who::Ann, 0, Text::Yes(Rid::R1)),
+                    (Ident::B, Who::Ann, 0, Text::Chat),
+                ],
+                Scope::Prompts => &[
+                    (Ident::A, Who::Carl, 1, Text::Chat),
+                    (Ident::A, Who::Ann, 0, Text::Yes(Rid::R1)),
+                    (Ident::A, Who::Ann, 0, Text::No(Rid::R2)),
+                    (Ident::B, Who::Ann, 0, Text::Yes(Rid::R1)),
+                ],
+            };
+            for &(ident, who, room, text) in says {
+                actions.push(Action::Say { ident, who, room, text });
+            }
+            for prompt in 0..s.prompts.len() {
+                actions.push(Action::ReplyYes { prompt });
+            }
+        }
+        if u.noise < b.noise {
+            for noise in [Noise::EveChat, Noise::EveYes, Noise::BotChat, Noise::CarlNotice, Noise::CarlYes] {
+                actions.push(Action::Noise(noise));
+            }
+            for (prompt, p) in s.prompts.iter().enumerate() {
+                if p.ident == Ident::A {
+                    actions.push(Action::Noise(Noise::CarlUp(prompt)));
+                    actions.push(Action::Noise(Noise::EveUp(prompt)));
+                }
+            }
+        }
+        if room_for_events && u.reactions < b.reactions {
+            for prompt in 0..s.prompts.len() {
+                for key in [Key::Up, Key::Down] {
+                    actions.push(Action::ReactPrompt { who: Who::Ann, prompt, key });
+                }
+            }
+            if let Some(message) = s.messages.iter().position(|m| m.text == Text::Chat && m.edit_of.is_none()) {
+                actions.push(Action::ReactMessage { message });
+            }
+        }
+        if room_for_events && u.redactions < b.redactions {
+            for (reaction, r) in s.reactions.iter().enumerate().filter(|(_, r)| !r.redacted) {
+                actions.push(Action::RedactReaction { reaction, who: r.who });
+                actions.push(Action::CarlRedacts { reaction });
+            }
+            for (message, _) in s.messages.iter().enumerate().filter(|(_, m)| !m.redacted && m.text == Text::Chat) {
+                actions.push(Action::RedactMessage { message });
+            }
+        }
+        if room_for_events && u.edits < b.edits {
+            for (message, m) in s.messages.iter().enumerate() {
+                if m.ident == Ident::A && m.text == Text::Chat && m.edit_of.is_none() {
+                    for who in [Who::Ann, Who::Carl] {
+                        actions.push(Action::Edit { who, message });
+                    }
+                }
+            }
+        }
+        let s1_known = s
+            .channel
+            .identity(&Ident::A.id())
+            .is_some_and(|st| st.sessions().contains_key(&Sess::S1.id()));
+        if room_for_events && u.acks < b.acks && s1_known {
+            for (message, m) in s.messages.iter().enumerate() {
+                if m.text == Text::Chat && m.ident == Ident::A {
+                    actions.push(Action::Ack(Sess::S1, message));
+                }
+            }
+        }
+        for (&send, _) in s.held.iter() {
+            actions.push(Action::CompleteVerdict { send, ok: true });
+            if u.failures < b.failures {
+                actions.push(Action::CompleteVerdict { send, ok: false });
+            }
+        }
+        if self.scope == Scope::Delivery && u.failures < b.failures && !s.push_failure_armed {
+            actions.push(Action::ArmPushFailure);
+        }
+        if let Some(deadline) = s.channel.next_deadline() {
+            actions.push(Action::Tick);
+            if u.early_ticks < b.early_ticks && deadline > s.now + 1 {
+                actions.push(Action::TickBefore);
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        s.seen = 0;
+        s.used.steps += 1;
+        let mut inputs: VecDeque<(Option<Ident>, Input)> = VecDeque::new();
+        match action {
+            Action::Attach(sess) => {
+                s.used.toggles += 1;
+                s.attached.insert(sess);
+                inputs.push_back((Some(sess.ident()), Input::Attach { identity: sess.ident().id(), session: sess.id() }));
+            }
+            Action::Detach(sess) => {
+                s.used.toggles += 1;
+                s.attached.remove(&sess);
+                inputs.push_back((Some(sess.ident()), Input::Detach { identity: sess.ident().id(), session: sess.id() }));
+            }
+            Action::Request(sess, rid) => {
+                s.used.requests += 1;
+                s.used.events += 1;
+                let request = PermissionRequest {
+                    request_id: rid.id(),
+                    tool_name: "Bash".to_owned(),
+                    description: "list files".to_owned(),
+                    input_preview: "{\"command\":\"ls\"}".to_owned(),
+                };
+                inputs.push_back((
+                    Some(sess.ident()),
+                    Input::PermissionRequest { identity: sess.ident().id(), session: sess.id(), request },
+                ));
+            }
+            Action::Say { ident, who, room, text } => {
+                s.used.messages += 1;
+                s.used.events += 1;
+                let event_id = s.fresh_event();
+                s.messages.push(WMessage { ident, event_id: event_id.clone(), who, text, edit_of: None, redacted: false });
+                let room = ident.room(room);
+                if ident == Ident::A && matches!(self.gate(ident, who), Gate::Allowed | Gate::Approver) && text != Text::Notice {
+                    s.last_allowed_room = Some(room.clone());
+                }
+                let msgtype = match (text, self.has(Fault::NoticeAsText)) {
+                    (Text::Notice, false) => MsgType::Notice,
+                    _ => MsgType::Text,
+                };
+                let mut body = body(text);
+                if self.has(Fault::DisguiseVerdicts) {
+                    body = body.replacen(' ', "\u{200B} ", 1);
+                }
+                let routed = if self.has(Fault::MisrouteToA) { Ident::A } else { ident };
+                let input = s.message_input(routed, who, room, event_id, plain(msgtype, body, None));
+                inputs.push_back((Some(ident), input));
+            }
+            Action::ReplyYes { prompt } => {
+                s.used.messages += 1;
+                s.used.events += 1;
+                let p = s.prompts[prompt].clone();
+                let event_id = s.fresh_event();
+                s.messages.push(WMessage { ident: p.ident, event_id: event_id.clone(), who: Who::Ann, text: Text::Yes(p.rid), edit_of: None, redacted: false });
+                let reply = Relation::Reply {
+                    in_reply_to: ReplyTo {
+                        event_id: p.message.clone(),
+                        parent: Some(Parent { sender: p.ident.bot(), body: "prompt".to_owned(), has_reply_relation: false }),
+                    },
+                };
+                let body = format!("> <{}> prompt\n\n{}", p.ident.bot(), body(Text::Yes(p.rid)));
+                let room = p.ident.room(0);
+                if p.ident == Ident::A {
+                    s.last_allowed_room = Some(room.clone());
+                }
+                let input = s.message_input(p.ident, Who::Ann, room, event_id, plain(MsgType::Text, body, Some(reply)));
+                inputs.push_back((Some(p.ident), input));
+            }
+            Action::ReactPrompt { who, prompt, key } => {
+                let target = s.prompts[prompt].message.clone();
+                let ident = s.prompts[prompt].ident;
+                react(self, &mut s, ident, who, target, key, &mut inputs);
+            }
+            Action::ReactMessage { message } => {
+                let target = s.messages[message].event_id.clone();
+                let ident = s.messages[message].ident;
+                react(self, &mut s, ident, Who::Ann, target, Key::Up, &mut inputs);
+            }
+            Action::RedactReaction { reaction, who } => {
+                s.used.redactions += 1;
+                s.used.events += 1;
+                let (target, ident) = (s.reactions[reaction].event_id.clone(), s.reactions[reaction].ident);
+                if s.reactions[reaction].who == who {
+                    s.reactions[reaction].redacted = true;
+                }
+                if !self.has(Fault::LoseRedactions) {
+                    let input = redaction_input(&mut s, ident, who, target);
+                    inputs.push_back((Some(ident), input));
+                }
+            }
+            Action::RedactMessage { message } => {
+                s.used.redactions += 1;
+                s.used.events += 1;
+                s.messages[message].redacted = true;
+                let (target, ident) = (s.messages[message].event_id.clone(), s.messages[message].ident);
+                let input = redaction_input(&mut s, ident, Who::Ann, target);
+                inputs.push_back((Some(ident), input));
+            }
+            Action::Edit { who, message } => {
+                s.used.edits += 1;
+                s.used.events += 1;
+                let original = s.messages[message].clone();
+                let event_id = s.fresh_event();
+                s.messages.push(WMessage { ident: original.ident, event_id: event_id.clone(), who, text: Text::Chat, edit_of: Some(message), redacted: false });
+                let relation = Relation::Replacement {
+                    original: original.event_id.clone(),
+                    new_content: Some(NewContent { msgtype: MsgType::Text, body: "hello again".to_owned() }),
+                };
+                if original.ident == Ident::A && matches!(self.gate(Ident::A, who), Gate::Allowed | Gate::Approver) {
+                    s.last_allowed_room = Some(original.ident.room(0));
+                }
+                let sender = if self.has(Fault::ForgeEditSender) { original.who } else { who };
+                let content = plain(MsgType::Text, "* hello again".to_owned(), Some(relation));
+                let input = s.message_input(original.ident, sender, original.ident.room(0), event_id, content);
+                inputs.push_back((Some(original.ident), input));
+            }
+            Action::Ack(sess, message) => {
+                s.used.acks += 1;
+                s.used.events += 1;
+                let event_id = s.messages[message].event_id.clone();
+                s.acked.insert(event_id.clone());
+                if self.has(Fault::WidenOnAck) {
+                    let mut widened = self.config(Ident::A);
+                    widened.allowed_senders.insert(Who::Eve.user(Ident::A));
+                    s.channel.add_identity(Ident::A.id(), widened).ok()?;
+                }
+                if !self.has(Fault::DropAcks) {
+                    inputs.push_back((Some(sess.ident()), Input::Acknowledge { identity: sess.ident().id(), session: sess.id(), event_id }));
+                }
+            }
+            Action::Noise(noise) => {
+                s.used.noise += 1;
+                if noise == Noise::CarlYes {
+                    s.last_allowed_room = Some(Ident::A.room(0));
+                }
+                let input = noise_input(self, &s, noise);
+                inputs.push_back((Some(Ident::A), input));
+            }
+            Action::CarlRedacts { reaction } => {
+                s.used.redactions += 1;
+                s.used.events += 1;
+                let (target, ident) = (s.reactions[reaction].event_id.clone(), s.reactions[reaction].ident);
+                let input = redaction_input(&mut s, ident, Who::Carl, target);
+                inputs.push_back((Some(ident), input));
+            }
+            Action::CompleteVerdict { send, ok } => {
+                let prompt = s.held.remove(&send)?;
+                if !ok {
+                    s.used.failures += 1;
+                }
+                let mut reported_ok = ok;
+                if ok {
+                    let p = &mut s.prompts[prompt];
+                    p.delivered += 1;
+                    if p.delivered > 1 {
+                        s.bad |= bad::VERDICT_TWICE;
+                    }
+                    s.seen |= seen::VERDICT_DELIVERED;
+                    let on_s2 = p.session == Sess::S2;
+                    if on_s2 {
+                        s.seen |= seen::VERDICT_S2;
+                    }
+                    let (session, rid) = (p.session, p.rid);
+                    if s.prompts[..prompt].iter().any(|q| q.session == session && q.rid == rid) {
+                        s.seen |= seen::REANSWERED;
+                    }
+                    if self.has(Fault::MisreportVerdicts) {
+                        reported_ok = false;
+                    }
+                }
+                let outcome = if reported_ok { Outcome::Sent } else { Outcome::Failed { reason: "stream closed".to_owned() } };
+                if !reported_ok {
+                    let owner = s.prompts[prompt].session;
+                    s.attached.remove(&owner);
+                }
+                let stale = !s.channel.identities().any(|(_, st)| st.prompts().iter().any(|p| matches!(p.phase, Phase::Delivering { send: id, .. } if id == send)));
+                if stale {
+                    s.seen |= seen::STALE_SEND;
+                }
+                inputs.push_back((None, Input::Completed { id: send, outcome }));
+            }
+            Action::ArmPushFailure => {
+                s.used.failures += 1;
+                s.push_failure_armed = true;
+            }
+            Action::Tick | Action::TickBefore => {
+                let deadline = s.channel.next_deadline()?;
+                if action == Action::TickBefore {
+                    s.used.early_ticks += 1;
+                    s.now = deadline - 1;
+                } else {
+                    s.now = deadline;
+                }
+                inputs.push_back((None, Input::Tick));
+            }
+        }
+        let serial_before = reissued_serial(last, action);
+        while let Some((ident, input)) = inputs.pop_front() {
+            let mut effects = s.channel.handle(s.now, input);
+            if self.has(Fault::ReverseReplay) {
+                effects.reverse();
+            }
+            if let (Some(old), Some(Fault::SerialReuse)) = (serial_before, self.fault) {
+                reuse_serial(&mut s.channel, old);
+            }
+            monitor(self, &mut s, ident, effects, &mut inputs);
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties()
+    }
+}
+
+fn react(world: &World, s: &mut State, ident: Ident, who: Who, target: EventId, key: Key, inputs: &mut VecDeque<(Option<Ident>, Input)>) {
+    s.used.reactions += 1;
+    s.used.events += 1;
+    let event_id = s.fresh_event();
+    s.reactions.push(WReaction { ident, event_id: event_id.clone(), who, target: target.clone(), key, created: s.now, redacted: false });
+    if world.has(Fault::LoseDenyReactions) && key == Key::Down {
+        return;
+    }
+    let reaction = Reaction {
+        room: ident.room(0),
+        event_id,
+        sender: who.user(ident),
+        origin_server_ts: s.now,
+        relates_to: target,
+        key: key.raw().to_owned(),
+    };
+    inputs.push_back((Some(ident), Input::Reaction { identity: ident.id(), reaction }));
+}
+
+fn redaction_input(s: &mut State, ident: Ident, who: Who, redacts: EventId) -> Input {
+    let event_id = s.fresh_event();
+    Input::Redaction {
+        identity: ident.id(),
+        redaction: Redaction { room: ident.room(0), event_id, sender: who.user(ident), origin_server_ts: s.now, redacts },
+    }
+}
+
+/// The fixed-id input of a noise event. Ids start with `$n-` and name who and what,
+/// so the monitor needs no record of them.
+fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
+    let a = Ident::A;
+    let (who, event_id, content_or_key) = match noise {
+        Noise::EveChat => (Who::Eve, "$n-eve-chat".to_owned(), Ok((MsgType::Text, body(Text::Chat)))),
+        Noise::EveYes => (Who::Eve, "$n-eve-yes".to_owned(), Ok((MsgType::Text, body(Text::Yes(Rid::R1))))),
+        Noise::BotChat => (Who::Bot, "$n-bot-chat".to_owned(), Ok((MsgType::Text, body(Text::Chat)))),
+        Noise::CarlNotice => {
+            let msgtype = if world.has(Fault::NoticeAsText) { MsgType::Text } else { MsgType::Notice };
+            (Who::Carl, "$n-carl-notice".to_owned(), Ok((msgtype, body(Text::Notice))))
+        }
+        Noise::CarlYes => (Who::Carl, "$n-carl-yes".to_owned(), Ok((MsgType::Text, body(Text::Yes(Rid::R1))))),
+        Noise::CarlUp(prompt) => (Who::Carl, format!("$n-carl-up-{}", s.prompts[prompt].message), Err(prompt)),
+        Noise::EveUp(prompt) => (Who::Eve, format!("$n-eve-up-{}", s.prompts[prompt].message), Err(prompt)),
+    };
+    match content_or_key {
+        Ok((msgtype, text)) => {
+            let room = a.room(if who == Who::Eve { 1 } else { 0 });
+            s.message_input(a, who, room, EventId(event_id), plain(msgtype, text, None))
+        }
+        Err(prompt) => Input::Reaction {
+            identity: a.id(),
+            reaction: Reaction {
+                room: a.room(0),
+                event_id: EventId(event_id),
+                sender: who.user(a),
+                origin_server_ts: s.now,
+                relates_to: s.prompts[prompt].message.clone(),
+                key: Key::Up.raw().to_owned(),
+            },
+        },
+    }
+}
+
+/// For [`Fault::SerialReuse`]: the serial of the prompt a request is about to replace.
+fn reissued_serial(last: &State, action: Action) -> Option<u64> {
+    let Action::Request(sess, rid) = action else { return None };
+    let state = last.channel.identity(&sess.ident().id())?;
+    state
+        .prompts()
+        .iter()
+        .find(|p| p.session == sess.id() && p.request.request_id == rid.id())
+        .map(|p| p.serial)
+}
+
+fn reuse_serial(channel: &mut Channel, old: u64) {
+    if let Some(state) = channel.identities.get_mut(&Ident::A.id()) {
+        if let Some(newest) = state.prompts.last_mut() {
+            newest.serial = old;
+        }
+    }
+}
+
+/// Compares each effect with the world's record, sets violation and witness bits,
+/// and answers the effects that expect an outcome (pushes and posts at once,
+/// verdict sends later by action).
+fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effect>, inputs: &mut VecDeque<(Option<Ident>, Input)>) {
+    let mut replayed_last: BTreeMap<Sess, EventId> = BTreeMap::new();
+    let mut replayed_count = 0;
+    for effect in effects {
+        if let (Some(ident), Some(effect_ident)) = (ident, effect_identity(&effect)) {
+            if effect_ident != ident.id() {
+                s.bad |= bad::CROSS_IDENTITY;
+            }
+        }
+        match effect {
+            Effect::Push { id, identity, session, event_id, notification } => {
+                let Some(sess) = Sess::from_id(&session) else {
+                    s.bad |= bad::CROSS_IDENTITY;
+                    continue;
+                };
+                if sess.ident().id() != identity {
+                    s.bad |= bad::CROSS_IDENTITY;
+                }
+                let replayed = notification.meta.get(MetaKey::Replayed) == Some("true");
+                // An armed failure means the push did not arrive; a misreport means
+                // it arrived and the server says otherwise.
+                let arrived = !std::mem::take(&mut s.push_failure_armed);
+                if let (Some(event_id), true) = (&event_id, arrived) {
+                    check_pushed_event(world, s, sess, event_id);
+                    if replayed {
+                        replayed_count += 1;
+                        s.seen |= seen::REPLAYED;
+                        if replayed_count > 1 {
+                            s.seen |= seen::REPLAYED_TWO;
+                        }
+                        if s.acked.contains(event_id) {
+                            s.bad |= bad::ACKED_REPLAYED;
+                        }
+                        let ordered = event_id.as_str().starts_with("$e");
+                        if ordered && replayed_last.get(&sess).is_some_and(|prev| prev > event_id) {
+                            s.bad |= bad::REPLAY_ORDER;
+                        }
+                        if ordered {
+                            replayed_last.insert(sess, event_id.clone());
+                        }
+                    }
+                    if !world.has(Fault::LosePushes) && !s.pushed.insert((sess, event_id.clone())) {
+                        s.bad |= bad::PUSH_TWICE;
+                    }
+                    if s.pushed.iter().filter(|(_, e)| e == event_id).count() > 1 {
+                        s.seen |= seen::TWO_SESSIONS;
+                    }
+                }
+                let outcome = if !arrived || world.has(Fault::MisreportPushes) {
+                    s.attached.remove(&sess);
+                    Outcome::Failed { reason: "stream closed".to_owned() }
+                } else {
+                    Outcome::Sent
+                };
+                inputs.push_back((None, Input::Completed { id, outcome }));
+            }
+            Effect::PostPrompt { id, identity, room, request_id, .. } => {
+                let ident = if identity == Ident::A.id() { Ident::A } else { Ident::B };
+                let expected = match ident {
+                    Ident::A => s.last_allowed_room.clone(),
+                    Ident::B => Some(Ident::B.room(0)),
+                };
+                if Some(&room) != expected.as_ref() {
+                    s.bad |= bad::WRONG_ROOM;
+                }
+                if room == Ident::A.room(1) {
+                    s.seen |= seen::POSTED_TO_R2;
+                }
+                let owner = s.channel.identity(&identity).and_then(|st| st.prompts().iter().find(|p| p.phase == Phase::Posting { post: id }).map(|p| p.session.clone()));
+                let message = s.fresh_event();
+                if let (Some(session), Some(rid)) = (owner.as_ref().and_then(Sess::from_id), [Rid::R1, Rid::R2].into_iter().find(|r| r.id() == request_id)) {
+                    s.prompts.push(WPrompt { ident, session, rid, message: message.clone(), issued: s.now, delivered: 0 });
+                }
+                inputs.push_back((None, Input::Completed { id, outcome: Outcome::Posted { event_id: message } }));
+            }
+            Effect::SendVerdict { id, identity, session, verdict } => {
+                let owner = s.channel.identity(&identity).and_then(|st| st.prompts().iter().find(|p| matches!(p.phase, Phase::Delivering { send, .. } if send == id)).cloned());
+                match owner {
+                    Some(p) if p.session == session && p.request.request_id == verdict.request_id => {
+                        let message = p.phase.message().cloned();
+                        if let Some(index) = s.prompts.iter().position(|w| Some(&w.message) == message.as_ref()) {
+                            s.held.insert(id, index);
+                        }
+                    }
+                    _ => s.bad |= bad::VERDICT_MISROUTED,
+                }
+                if world.has(Fault::VerdictToEverySession) {
+                    let others: Vec<Sess> = s.attached.iter().copied().filter(|o| o.ident().id() == identity && o.id() != session).collect();
+                    if !others.is_empty() {
+                        s.bad |= bad::VERDICT_MISROUTED;
+                    }
+                }
+            }
+            Effect::Decided { identity, session, request_id, decision, at } => {
+                check_decision(world, s, &identity, &session, &request_id, &decision, at);
+            }
+            Effect::EditPrompt { event_id, text, .. } => {
+                if text.plain.starts_with('⌛') {
+                    s.seen |= seen::EXPIRED;
+                } else if !s.prompts.iter().any(|p| p.message == event_id && p.delivered > 0) {
+                    s.bad |= bad::WRONG_RETIREMENT;
+                }
+            }
+            Effect::Dropped { reason, .. } => match reason {
+                DropReason::OwnEvent | DropReason::Notice => s.seen |= seen::OWN_DROPPED,
+                DropReason::PromptEvicted => s.seen |= seen::EVICTED,
+                _ => {}
+            },
+            Effect::Notice { .. } => {}
+        }
+    }
+}
+
+fn effect_identity(effect: &Effect) -> Option<IdentityId> {
+    match effect {
+        Effect::Push { identity, .. }
+        | Effect::PostPrompt { identity, .. }
+        | Effect::SendVerdict { identity, .. }
+        | Effect::EditPrompt { identity, .. }
+        | Effect::Notice { identity, .. }
+        | Effect::Decided { identity, .. } => Some(identity.clone()),
+        Effect::Dropped { identity, .. } => identity.clone(),
+    }
+}
+
+fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &EventId) {
+    let id = event_id.as_str();
+    if id.starts_with("$n-") {
+        if sess.ident() != Ident::A {
+            s.bad |= bad::CROSS_IDENTITY;
+        }
+        if id.starts_with("$n-eve-") {
+            s.bad |= bad::STRANGER_PUSHED;
+        } else if id.ends_with("-yes") {
+            s.bad |= bad::VERDICT_PUSHED;
+        } else if id.starts_with("$n-bot-") || id.ends_with("-notice") {
+            s.bad |= bad::OWN_OR_NOTICE_PUSHED;
+        }
+        return;
+    }
+    if let Some(m) = s.messages.iter().find(|m| m.event_id == *event_id) {
+        if m.ident != sess.ident() {
+            s.bad |= bad::CROSS_IDENTITY;
+        }
+        if m.ident == Ident::B {
+            s.seen |= seen::B_PUSHED;
+        }
+        match m.text {
+            Text::Yes(_) | Text::No(_) => s.bad |= bad::VERDICT_PUSHED,
+            Text::Notice => s.bad |= bad::OWN_OR_NOTICE_PUSHED,
+            Text::Chat => {}
+        }
+        match world.gate(m.ident, m.who) {
+            Gate::Own => s.bad |= bad::OWN_OR_NOTICE_PUSHED,
+            Gate::Stranger => s.bad |= bad::STRANGER_PUSHED,
+            Gate::Allowed | Gate::Approver => s.seen |= seen::ALLOWED_PUSHED,
+        }
+        if let Some(original) = m.edit_of {
+            s.seen |= seen::EDIT_PUSHED;
+            if s.messages[original].who != m.who {
+                s.bad |= bad::FOREIGN_EDIT;
+            }
+        }
+    } else if let Some(r) = s.reactions.iter().find(|r| r.event_id == *event_id) {
+        if world.gate(Ident::A, r.who) == Gate::Stranger {
+            s.bad |= bad::STRANGER_PUSHED;
+        }
+    }
+}
+
+fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: &SessionId, request_id: &RequestId, decision: &crate::Decision, at: Millis) {
+    let ident = if *identity == Ident::A.id() { Ident::A } else { Ident::B };
+    let by = [Who::Ann, Who::Carl, Who::Eve, Who::Bot].into_iter().find(|w| w.user(ident) == decision.by);
+    match by.map(|w| world.gate(ident, w)) {
+        Some(Gate::Approver) => {}
+        Some(Gate::Allowed) => s.bad |= bad::NON_APPROVER_VERDICT,
+        _ => s.bad |= bad::STRANGER_VERDICT,
+    }
+    let message = s
+        .channel
+        .identity(identity)
+        .and_then(|st| st.prompts().iter().find(|p| p.session == *session && p.request.request_id == *request_id && !p.phase.is_answerable()))
+        .and_then(|p| p.phase.message().cloned());
+    let Some(prompt) = s.prompts.iter().find(|p| Some(&p.message) == message.as_ref()).cloned() else {
+        s.bad |= bad::VERDICT_MISROUTED;
+        return;
+    };
+    if at > prompt.issued + TTL {
+        s.bad |= bad::EXPIRED_ANSWERED;
+    }
+    match &decision.via {
+        VerdictSource::Text { .. } => s.seen |= seen::TEXT_VERDICT,
+        VerdictSource::Reaction { event_id, .. } => {
+            s.seen |= seen::REACTION_VERDICT;
+            if decision.behavior == Behavior::Deny {
+                s.seen |= seen::DENY_BY_REACTION;
+            }
+            let votes: Vec<&WReaction> = s
+                .reactions
+                .iter()
+                .filter(|r| r.target == prompt.message && world.gate(ident, r.who) == Gate::Approver)
+                .collect();
+            if votes.iter().any(|r| r.event_id == *event_id && r.redacted) {
+                s.bad |= bad::WITHDRAWN_COUNTED;
+            }
+            if decision.behavior == Behavior::Allow && votes.iter().any(|r| r.key == Key::Down && !r.redacted) {
+                s.bad |= bad::DENY_LOST;
+            }
+            if votes.iter().map(|r| r.created).min().is_some_and(|first| at < first + SETTLE) {
+                s.bad |= bad::EARLY_VERDICT;
+            }
+        }
+    }
+}
+
+// ----- properties ----------------------------------------------------------------
+
+macro_rules! never {
+    ($name:literal, $bit:expr) => {
+        Property::always($name, |_, s: &State| s.bad & $bit == 0)
+    };
+}
+
+macro_rules! witness {
+    ($name:literal, $bit:expr) => {
+        Property::sometimes($name, |_, s: &State| s.seen & $bit != 0)
+    };
+}
+
+/// Names of the `always` properties, for the fault tests.
+pub mod names {
+    pub const STRANGER_VERDICT: &str = "a stranger never causes a verdict";
+    pub const NON_APPROVER_VERDICT: &str = "an allowed sender who is not an approver never causes a verdict";
+    pub const VERDICT_MISROUTED: &str = "a verdict only goes to the session that asked";
+    pub const VERDICT_TWICE: &str = "no prompt's verdict is delivered twice";
+    pub const PUSH_TWICE: &str = "no session receives the same event twice";
+    pub const VERDICT_PUSHED: &str = "a verdict is never pushed as chat";
+    pub const STRANGER_PUSHED: &str = "a stranger's event is never pushed";
+    pub const OWN_OR_NOTICE_PUSHED: &str = "the identity's own events and notices are never pushed";
+    pub const CROSS_IDENTITY: &str = "one identity's events never reach another identity";
+    pub const SETTINGS_UNCHANGED: &str = "no input changes the operator's settings";
+    pub const CAP: &str = "an identity never holds more prompts than its cap";
+    pub const WITHDRAWN_COUNTED: &str = "a withdrawn reaction never causes a verdict";
+    pub const DENY_LOST: &str = "deny wins when approve and deny are both there";
+    pub const EARLY_VERDICT: &str = "a verdict by reaction waits for the settle window";
+    pub const EXPIRED_ANSWERED: &str = "an expired prompt is never answered";
+    pub const WRONG_ROOM: &str = "a prompt goes only to the permission room or where an allowed sender last wrote";
+    pub const ACKED_REPLAYED: &str = "an acknowledged event is never replayed";
+    pub const LOST: &str = "no allowed message is lost";
+    pub const FOREIGN_EDIT: &str = "an edit is pushed only from the original's sender";
+    pub const REPLAY_ORDER: &str = "replay is oldest first";
+    pub const WRONG_RETIREMENT: &str = "a prompt shows a verdict only once its own verdict was delivered";
+}
+
+fn settings_unchanged(world: &World, s: &State) -> bool {
+    [Ident::A, Ident::B]
+        .into_iter()
+        .all(|ident| s.channel.identity(&ident.id()).map(|st| st.config()) == Some(&world.config(ident)))
+}
+
+fn under_cap(_: &World, s: &State) -> bool {
+    s.channel.identities().all(|(_, st)| st.prompts().len() <= CAP)
+}
+
+/// Every chat message of an allowed sender that was not redacted or acknowledged
+/// reached a session or waits in the queue.
+fn nothing_lost(world: &World, s: &State) -> bool {
+    s.messages.iter().all(|m| {
+        let pushable = m.text == Text::Chat
+            && m.edit_of.is_none()
+            && matches!(world.gate(m.ident, m.who), Gate::Allowed | Gate::Approver);
+        let queued = s
+            .channel
+            .identity(&m.ident.id())
+            .is_some_and(|st| st.queue().iter().any(|q| q.event_id == m.event_id));
+        !pushable || m.redacted || s.acked.contains(&m.event_id) || queued || s.pushed.iter().any(|(_, e)| *e == m.event_id)
+    })
+}
+
+fn properties() -> Vec<Property<World>> {
+    use names::*;
+    vec![
+        never!("a stranger never causes a verdict", bad::STRANGER_VERDICT),
+        witness!("an approver's verdict reaches the session that asked", seen::VERDICT_DELIVERED),
+        never!("an allowed sender who is not an approver never causes a verdict", bad::NON_APPROVER_VERDICT),
+        witness!("a verdict is taken by text", seen::TEXT_VERDICT),
+        never!("a verdict only goes to the session that asked", bad::VERDICT_MISROUTED),
+        witness!("a verdict reaches the second session", seen::VERDICT_S2),
+        never!("no prompt's verdict is delivered twice", bad::VERDICT_TWICE),
+        witness!("a request id is answered after it was issued again", seen::REANSWERED),
+        never!("no session receives the same event twice", bad::PUSH_TWICE),
+        witness!("one event reaches two sessions", seen::TWO_SESSIONS),
+        never!("a verdict is never pushed as chat", bad::VERDICT_PUSHED),
+        witness!("an allowed sender's message is pushed", seen::ALLOWED_PUSHED),
+        never!("a stranger's event is never pushed", bad::STRANGER_PUSHED),
+        witness!("an event of identity B reaches B's session", seen::B_PUSHED),
+        never!("the identity's own events and notices are never pushed", bad::OWN_OR_NOTICE_PUSHED),
+        witness!("an own event or a notice is seen and dropped", seen::OWN_DROPPED),
+        never!("one identity's events never reach another identity", bad::CROSS_IDENTITY),
+        Property::always(SETTINGS_UNCHANGED, settings_unchanged),
+        Property::sometimes("a session acknowledges an event", |_, s: &State| !s.acked.is_empty()),
+        Property::always(CAP, under_cap),
+        witness!("a prompt is evicted at the cap", seen::EVICTED),
+        Property::sometimes("both identities hold prompts at once", |_, s: &State| {
+            s.channel.identities().all(|(_, st)| !st.prompts().is_empty())
+        }),
+        never!("a withdrawn reaction never causes a verdict", bad::WITHDRAWN_COUNTED),
+        Property::sometimes("a withdrawn reaction leaves the prompt answerable", |_, s: &State| {
+            s.reactions.iter().any(|r| r.redacted && s.channel.identities().any(|(_, st)| st.prompts().iter().any(|p| p.phase == Phase::Pending { message: r.target.clone() })))
+        }),
+        never!("deny wins when approve and deny are both there", bad::DENY_LOST),
+        witness!("a deny by reaction is taken", seen::DENY_BY_REACTION),
+        never!("a verdict by reaction waits for the settle window", bad::EARLY_VERDICT),
+        witness!("a verdict is taken by reaction", seen::REACTION_VERDICT),
+        never!("an expired prompt is never answered", bad::EXPIRED_ANSWERED),
+        witness!("a prompt expires", seen::EXPIRED),
+        never!("a prompt goes only to the permission room or where an allowed sender last wrote", bad::WRONG_ROOM),
+        witness!("a prompt goes to the second room", seen::POSTED_TO_R2),
+        never!("an acknowledged event is never replayed", bad::ACKED_REPLAYED),
+        witness!("an event is replayed", seen::REPLAYED),
+        Property::always(LOST, nothing_lost),
+        Property::sometimes("an event waits in the queue", |_, s: &State| {
+            s.channel.identities().any(|(_, st)| !st.queue().is_empty())
+        }),
+        never!("an edit is pushed only from the original's sender", bad::FOREIGN_EDIT),
+        witness!("an edit is pushed", seen::EDIT_PUSHED),
+        never!("replay is oldest first", bad::REPLAY_ORDER),
+        witness!("two events are replayed at once", seen::REPLAYED_TWO),
+        never!("a prompt shows a verdict only once its own verdict was delivered", bad::WRONG_RETIREMENT),
+        witness!("a verdict send completes after its prompt was re-issued", seen::STALE_SEND),
+    ]
+}

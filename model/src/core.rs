@@ -2,7 +2,9 @@
 
 use crate::classify::{classify_message, classify_reaction, MessageClass, ReactionClass};
 use crate::config::{ConfigError, Gate, IdentityConfig};
-use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, VerdictSource};
+use crate::effect::{
+    ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, VerdictSource,
+};
 use crate::event::{Input, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction};
 use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 use crate::meta::MetaKey;
@@ -22,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub struct Channel {
     now: Millis,
     next_effect_id: u64,
-    identities: BTreeMap<IdentityId, IdentityState>,
+    pub(crate) identities: BTreeMap<IdentityId, IdentityState>,
     in_flight: BTreeMap<EffectId, InFlight>,
 }
 
@@ -32,7 +34,7 @@ pub struct IdentityState {
     config: IdentityConfig,
     sessions: BTreeMap<SessionId, SessionState>,
     last_room: Option<RoomId>,
-    prompts: Vec<Prompt>,
+    pub(crate) prompts: Vec<Prompt>,
     next_serial: u64,
     next_seq: u64,
     log: BTreeMap<EventId, LogEntry>,
@@ -79,7 +81,10 @@ pub enum Phase {
         votes: Vec<(EventId, Vote)>,
     },
     /// Answered; waiting for the owner session to be live.
-    Decided { message: EventId, decision: Decision },
+    Decided {
+        message: EventId,
+        decision: Decision,
+    },
     /// Answered; the verdict send `send` is in flight.
     Delivering {
         message: EventId,
@@ -492,7 +497,14 @@ impl IdentityState {
             let mut notification = queued.notification.clone();
             notification.meta.set(MetaKey::Replayed, "true");
             self.record_delivery(&queued.event_id, session);
-            self.push_raw(session, Some(queued.event_id), queued.seq, notification, queued.notification, out);
+            self.push_raw(
+                session,
+                Some(queued.event_id),
+                queued.seq,
+                notification,
+                queued.notification,
+                out,
+            );
         }
     }
 
@@ -528,7 +540,13 @@ impl IdentityState {
 
     /// Delivers a logged event to every live session that does not have it, or queues
     /// it when none is live.
-    fn deliver(&mut self, event_id: &EventId, seq: u64, notification: ChannelNotification, out: &mut Out<'_>) {
+    fn deliver(
+        &mut self,
+        event_id: &EventId,
+        seq: u64,
+        notification: ChannelNotification,
+        out: &mut Out<'_>,
+    ) {
         let have = match self.log.get(event_id) {
             Some(LogEntry {
                 record: Record::Pushed { delivered, .. },
@@ -547,11 +565,23 @@ impl IdentityState {
         }
         for session in targets {
             self.record_delivery(event_id, &session);
-            self.push(&session, Some(event_id.clone()), seq, notification.clone(), out);
+            self.push(
+                &session,
+                Some(event_id.clone()),
+                seq,
+                notification.clone(),
+                out,
+            );
         }
     }
 
-    fn enqueue(&mut self, event_id: &EventId, seq: u64, notification: ChannelNotification, out: &mut Out<'_>) {
+    fn enqueue(
+        &mut self,
+        event_id: &EventId,
+        seq: u64,
+        notification: ChannelNotification,
+        out: &mut Out<'_>,
+    ) {
         let at = self.queue.partition_point(|q| q.seq < seq);
         self.queue.insert(
             at,
@@ -568,8 +598,22 @@ impl IdentityState {
         }
     }
 
-    fn push(&mut self, session: &SessionId, event_id: Option<EventId>, seq: u64, notification: ChannelNotification, out: &mut Out<'_>) {
-        self.push_raw(session, event_id, seq, notification.clone(), notification, out);
+    fn push(
+        &mut self,
+        session: &SessionId,
+        event_id: Option<EventId>,
+        seq: u64,
+        notification: ChannelNotification,
+        out: &mut Out<'_>,
+    ) {
+        self.push_raw(
+            session,
+            event_id,
+            seq,
+            notification.clone(),
+            notification,
+            out,
+        );
     }
 
     /// Emits a push of `sent`; `base` is what goes back to the queue if it fails.
@@ -617,7 +661,9 @@ impl IdentityState {
         }
         let Some(event_id) = event_id else { return };
         let Some(LogEntry {
-            record: Record::Pushed { delivered, acked, .. },
+            record: Record::Pushed {
+                delivered, acked, ..
+            },
             ..
         }) = self.log.get_mut(&event_id)
         else {
@@ -662,7 +708,13 @@ impl IdentityState {
             }
             MessageClass::Chat(content) => {
                 let notification = render_message(&self.config, &message, content);
-                self.log_and_deliver(&message.event_id, &message.sender, PushKind::Message, notification, out);
+                self.log_and_deliver(
+                    &message.event_id,
+                    &message.sender,
+                    PushKind::Message,
+                    notification,
+                    out,
+                );
             }
             MessageClass::Edit {
                 original,
@@ -675,7 +727,13 @@ impl IdentityState {
                 );
                 if accepted {
                     let notification = render_edit(&self.config, &message, original, new_content);
-                    self.log_and_deliver(&message.event_id, &message.sender, PushKind::Edit, notification, out);
+                    self.log_and_deliver(
+                        &message.event_id,
+                        &message.sender,
+                        PushKind::Edit,
+                        notification,
+                        out,
+                    );
                 } else {
                     self.log(&message.event_id, &message.sender, Record::NotPushed);
                     out.drop(Some(&message.event_id), DropReason::EditRejected);
@@ -707,7 +765,12 @@ impl IdentityState {
             .prompts
             .iter()
             .position(|p| p.phase.message() == Some(&reaction.relates_to));
-        let class = classify_reaction(gate, &self.config.reaction_keys, prompt.is_some(), &reaction.key);
+        let class = classify_reaction(
+            gate,
+            &self.config.reaction_keys,
+            prompt.is_some(),
+            &reaction.key,
+        );
         if let ReactionClass::Drop(reason @ (DropReason::OwnEvent | DropReason::Stranger)) = class {
             out.drop(Some(&reaction.event_id), reason);
             return;
@@ -733,7 +796,13 @@ impl IdentityState {
             // A vote is only ever classified on a prompt, so `(Vote, None)` is chat.
             (ReactionClass::Chat | ReactionClass::Vote(_), _) => {
                 let notification = render_reaction(&reaction);
-                self.log_and_deliver(&reaction.event_id, &reaction.sender, PushKind::Reaction, notification, out);
+                self.log_and_deliver(
+                    &reaction.event_id,
+                    &reaction.sender,
+                    PushKind::Reaction,
+                    notification,
+                    out,
+                );
             }
         }
     }
@@ -796,7 +865,13 @@ impl IdentityState {
             return;
         }
         let notification = render_retraction(&redaction);
-        self.log_and_deliver(&redaction.event_id, &redaction.sender, PushKind::Retraction, notification, out);
+        self.log_and_deliver(
+            &redaction.event_id,
+            &redaction.sender,
+            PushKind::Retraction,
+            notification,
+            out,
+        );
     }
 
     fn on_ack(&mut self, session: &SessionId, event_id: &EventId, out: &mut Out<'_>) {
@@ -824,7 +899,12 @@ impl IdentityState {
         if !self.config.relays_permissions() {
             return out.drop(None, DropReason::NoApprovers);
         }
-        let Some(room) = self.config.permission_room.clone().or_else(|| self.last_room.clone()) else {
+        let Some(room) = self
+            .config
+            .permission_room
+            .clone()
+            .or_else(|| self.last_room.clone())
+        else {
             return out.drop(None, DropReason::NoPromptRoom);
         };
         if let Some(index) = self
@@ -1034,7 +1114,13 @@ impl IdentityState {
         };
     }
 
-    fn verdict_completed(&mut self, id: EffectId, serial: u64, outcome: Outcome, out: &mut Out<'_>) {
+    fn verdict_completed(
+        &mut self,
+        id: EffectId,
+        serial: u64,
+        outcome: Outcome,
+        out: &mut Out<'_>,
+    ) {
         let current = self.prompts.iter().position(|p| {
             p.serial == serial && matches!(p.phase, Phase::Delivering { send, .. } if send == id)
         });
@@ -1079,11 +1165,10 @@ impl IdentityState {
         for serial in settled {
             self.settle(serial, out);
         }
-        while let Some(index) = self
-            .prompts
-            .iter()
-            .position(|p| p.expires_at <= now && (p.phase.is_answerable() || matches!(p.phase, Phase::Posting { .. })))
-        {
+        while let Some(index) = self.prompts.iter().position(|p| {
+            p.expires_at <= now
+                && (p.phase.is_answerable() || matches!(p.phase, Phase::Posting { .. }))
+        }) {
             self.retire(index, DropReason::PromptExpired, out);
         }
     }
