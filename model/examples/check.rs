@@ -1,5 +1,8 @@
 //! Runs the full model check and prints what it found: `cargo run --release -p matrix-channel-model --example check`.
-use mc_model::check::World;
+#[path = "../tests/check/mod.rs"]
+mod check;
+
+use check::World;
 use stateright::{Checker, Model};
 use std::time::Instant;
 
@@ -7,13 +10,13 @@ fn main() {
     let started = Instant::now();
     let limit: usize = std::env::args().nth(1).map(|a| a.parse().expect("a state count")).unwrap_or(0);
     let scope = match std::env::var("SCOPE").as_deref() {
-        Ok("prompts") => mc_model::check::Scope::Prompts,
-        _ => mc_model::check::Scope::Delivery,
+        Ok("prompts") => check::Scope::Prompts,
+        _ => check::Scope::Delivery,
     };
     let mut world = World::new(scope);
     if let Ok(spec) = std::env::var("BOUNDS") {
         let v: Vec<u8> = spec.split(',').map(|x| x.parse().expect("a number")).collect();
-        world.bounds = mc_model::check::Bounds { events: v[0], messages: v[1], reactions: v[2], redactions: v[3], edits: v[4], requests: v[5], failures: v[6], acks: v[7], toggles: v[8], early_ticks: v[9], noise: v[10], steps: v[11] };
+        world.bounds = check::Bounds { events: v[0], messages: v[1], reactions: v[2], redactions: v[3], edits: v[4], requests: v[5], failures: v[6], acks: v[7], toggles: v[8], early_ticks: v[9], noise: v[10], steps: v[11] };
     }
     let threads: usize = std::env::var("THREADS").map(|t| t.parse().expect("a number")).unwrap_or(1);
     let mut builder = world.checker().threads(threads);

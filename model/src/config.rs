@@ -104,7 +104,10 @@ impl IdentityConfig {
             return Err(ConfigError::SelfAllowed(self.user_id.clone()));
         }
         if let Some(approvers) = &self.approvers {
-            if let Some(stray) = approvers.iter().find(|a| !self.allowed_senders.contains(*a)) {
+            if let Some(stray) = approvers
+                .iter()
+                .find(|a| !self.allowed_senders.contains(*a))
+            {
                 return Err(ConfigError::ApproverNotAllowed(stray.clone()));
             }
         }

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub struct Channel {
     now: Millis,
     next_effect_id: u64,
-    pub(crate) identities: BTreeMap<IdentityId, IdentityState>,
+    identities: BTreeMap<IdentityId, IdentityState>,
     in_flight: BTreeMap<EffectId, InFlight>,
 }
 
@@ -34,7 +34,7 @@ pub struct IdentityState {
     config: IdentityConfig,
     sessions: BTreeMap<SessionId, SessionState>,
     last_room: Option<RoomId>,
-    pub(crate) prompts: Vec<Prompt>,
+    prompts: Vec<Prompt>,
     next_serial: u64,
     next_seq: u64,
     log: BTreeMap<EventId, LogEntry>,

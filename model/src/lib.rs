@@ -29,8 +29,11 @@
 //! events with ruma, fetches reply parents, talks MCP with rmcp, and executes the
 //! effects. It takes no decision of its own. The state is serializable so the
 //! server can persist it after every transition.
+//!
+//! # The model check
+//! `tests/check/mod.rs` is a stateright model of a bounded world that calls this
+//! very [`Channel::handle`]; `tests/model_check.rs` runs it. See the README.
 
-pub mod check;
 pub mod classify;
 pub mod config;
 mod core;

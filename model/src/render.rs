@@ -18,7 +18,9 @@ pub const SHORT_FIELD_CHARS: usize = 100;
 pub const FILENAME_CHARS: usize = 200;
 
 /// What a push is (the `kind` meta value).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PushKind {
     Message,
@@ -92,7 +94,11 @@ fn reply_into(meta: &mut Meta, config: &IdentityConfig, reply: &ReplyTo) {
         Gate::Stranger => "stranger",
         Gate::Allowed | Gate::Approver => "allowed",
     };
-    let quoted = quote(&parent.body, parent.has_reply_relation, config.quote_cap_chars);
+    let quoted = quote(
+        &parent.body,
+        parent.has_reply_relation,
+        config.quote_cap_chars,
+    );
     meta.set(MetaKey::InReplyToStatus, "quoted");
     meta.set(MetaKey::InReplyToTrust, trust);
     meta.set(MetaKey::InReplyToSender, parent.sender.as_str());
@@ -151,7 +157,10 @@ pub fn render_message(
     let text = match (kind, &content.attachment) {
         (Some(kind), Some(file)) => {
             meta.set(MetaKey::AttachmentKind, kind);
-            meta.set(MetaKey::AttachmentName, one_line(&file.filename, FILENAME_CHARS));
+            meta.set(
+                MetaKey::AttachmentName,
+                one_line(&file.filename, FILENAME_CHARS),
+            );
             if let Some(size) = file.size {
                 meta.set(MetaKey::AttachmentSize, size.to_string());
             }

@@ -116,7 +116,10 @@ fn look_alike(c: char) -> Option<char> {
 pub fn neutralise(text: &str) -> (Cow<'_, str>, bool) {
     let mut at = BTreeSet::new();
     // A markup match holds its `<` / `[` to swap (an `antml:` tag also holds a `:`
-    // that stays); a role-line match holds one `:` and no `<` or `[`.
+    // that stays); a role-line match holds one `:` and no `<` or `[`. Scanning
+    // without overlaps misses nothing: no markup marker starts inside another's
+    // match (only a `<<SYS>>` holds a second `<`, and both are swapped), and a line
+    // break inside a role-line match starts no other role name before its `:`.
     let found = [(&*MARKUP, ['<', '[']), (&*ROLE_LINE, [':', ':'])];
     for (re, targets) in found {
         for m in re.find_iter(text) {

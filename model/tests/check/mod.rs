@@ -19,16 +19,15 @@
 //! permission room; identity B (`@bot:b`) with approver Ann, session S3 and the
 //! permission room `!rb:b`. Request ids `abcde` and `fghij`.
 
-use crate::config::{Gate, IdentityConfig};
-use crate::effect::{DropReason, Effect, VerdictSource};
-use crate::event::{
-    Input, Message, MessageContent, MsgType, NewContent, Outcome, Parent, PermissionRequest,
-    Reaction, Redaction, Relation, ReplyTo,
+#![allow(dead_code)] // Each test crate that includes the world uses part of it.
+
+use mc_model::{Gate, IdentityConfig};
+use mc_model::{
+    Behavior, Channel, DropReason, Effect, EffectId, EventId, IdentityId, Input, Message,
+    MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
+    Phase, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId, UserId,
+    VerdictSource,
 };
-use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
-use crate::meta::MetaKey;
-use crate::verdict::{Behavior, RequestId};
-use crate::{Channel, Phase};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use stateright::{Model, Property};
 
@@ -196,8 +195,8 @@ pub enum Fault {
     ReverseReplay,
     /// The adapter claims every edit comes from the original's sender.
     ForgeEditSender,
-    /// A re-issued prompt gets the serial of the one it replaced.
-    SerialReuse,
+    /// The server reports a verdict send that failed as sent.
+    MisreportFailedVerdicts,
 }
 
 /// How much of each kind of action one run may take.
@@ -911,7 +910,7 @@ impl Model for World {
                 if !ok {
                     s.used.failures += 1;
                 }
-                let mut reported_ok = ok;
+                let mut reported_ok = ok || self.has(Fault::MisreportFailedVerdicts);
                 if ok {
                     let p = &mut s.prompts[prompt];
                     p.delivered += 1;
@@ -957,14 +956,10 @@ impl Model for World {
                 inputs.push_back((None, Input::Tick));
             }
         }
-        let serial_before = reissued_serial(last, action);
         while let Some((ident, input)) = inputs.pop_front() {
             let mut effects = s.channel.handle(s.now, input);
             if self.has(Fault::ReverseReplay) {
                 effects.reverse();
-            }
-            if let (Some(old), Some(Fault::SerialReuse)) = (serial_before, self.fault) {
-                reuse_serial(&mut s.channel, old);
             }
             monitor(self, &mut s, ident, effects, &mut inputs);
         }
@@ -1035,25 +1030,6 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
                 key: Key::Up.raw().to_owned(),
             },
         },
-    }
-}
-
-/// For [`Fault::SerialReuse`]: the serial of the prompt a request is about to replace.
-fn reissued_serial(last: &State, action: Action) -> Option<u64> {
-    let Action::Request(sess, rid) = action else { return None };
-    let state = last.channel.identity(&sess.ident().id())?;
-    state
-        .prompts()
-        .iter()
-        .find(|p| p.session == sess.id() && p.request.request_id == rid.id())
-        .map(|p| p.serial)
-}
-
-fn reuse_serial(channel: &mut Channel, old: u64) {
-    if let Some(state) = channel.identities.get_mut(&Ident::A.id()) {
-        if let Some(newest) = state.prompts.last_mut() {
-            newest.serial = old;
-        }
     }
 }
 
@@ -1230,7 +1206,7 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
     }
 }
 
-fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: &SessionId, request_id: &RequestId, decision: &crate::Decision, at: Millis) {
+fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: &SessionId, request_id: &RequestId, decision: &mc_model::Decision, at: Millis) {
     let ident = if *identity == Ident::A.id() { Ident::A } else { Ident::B };
     let by = [Who::Ann, Who::Carl, Who::Eve, Who::Bot].into_iter().find(|w| w.user(ident) == decision.by);
     match by.map(|w| world.gate(ident, w)) {
@@ -1278,7 +1254,7 @@ fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: 
 // ----- properties ----------------------------------------------------------------
 
 macro_rules! never {
-    ($name:literal, $bit:expr) => {
+    ($name:expr, $bit:expr) => {
         Property::always($name, |_, s: &State| s.bad & $bit == 0)
     };
 }
@@ -1287,6 +1263,41 @@ macro_rules! witness {
     ($name:literal, $bit:expr) => {
         Property::sometimes($name, |_, s: &State| s.seen & $bit != 0)
     };
+}
+
+/// The `sometimes` properties each scope must witness: together they cover every
+/// `sometimes` property.
+pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
+    let shared = [
+        "an allowed sender's message is pushed",
+        "an own event or a notice is seen and dropped",
+        "one event reaches two sessions",
+        "an event is replayed",
+        "two events are replayed at once",
+        "an event waits in the queue",
+    ];
+    let own: &[&str] = match scope {
+        Scope::Delivery => &[
+            "a session acknowledges an event",
+            "an edit is pushed",
+            "an event of identity B reaches B's session",
+        ],
+        Scope::Prompts => &[
+            "an approver's verdict reaches the session that asked",
+            "a verdict is taken by text",
+            "a verdict is taken by reaction",
+            "a deny by reaction is taken",
+            "a verdict reaches the second session",
+            "a request id is answered after it was issued again",
+            "a verdict send completes after its prompt was re-issued",
+            "a withdrawn reaction leaves the prompt answerable",
+            "a prompt expires",
+            "a prompt goes to the second room",
+            "a prompt is evicted at the cap",
+            "both identities hold prompts at once",
+        ],
+    };
+    shared.into_iter().chain(own.iter().copied()).collect()
 }
 
 /// Names of the `always` properties, for the fault tests.
@@ -1311,7 +1322,7 @@ pub mod names {
     pub const LOST: &str = "no allowed message is lost";
     pub const FOREIGN_EDIT: &str = "an edit is pushed only from the original's sender";
     pub const REPLAY_ORDER: &str = "replay is oldest first";
-    pub const WRONG_RETIREMENT: &str = "a prompt shows a verdict only once its own verdict was delivered";
+    pub const WRONG_RETIREMENT: &str = "a prompt shows a verdict only once its verdict reached the session";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -1342,23 +1353,23 @@ fn nothing_lost(world: &World, s: &State) -> bool {
 fn properties() -> Vec<Property<World>> {
     use names::*;
     vec![
-        never!("a stranger never causes a verdict", bad::STRANGER_VERDICT),
+        never!(STRANGER_VERDICT, bad::STRANGER_VERDICT),
         witness!("an approver's verdict reaches the session that asked", seen::VERDICT_DELIVERED),
-        never!("an allowed sender who is not an approver never causes a verdict", bad::NON_APPROVER_VERDICT),
+        never!(NON_APPROVER_VERDICT, bad::NON_APPROVER_VERDICT),
         witness!("a verdict is taken by text", seen::TEXT_VERDICT),
-        never!("a verdict only goes to the session that asked", bad::VERDICT_MISROUTED),
+        never!(VERDICT_MISROUTED, bad::VERDICT_MISROUTED),
         witness!("a verdict reaches the second session", seen::VERDICT_S2),
-        never!("no prompt's verdict is delivered twice", bad::VERDICT_TWICE),
+        never!(VERDICT_TWICE, bad::VERDICT_TWICE),
         witness!("a request id is answered after it was issued again", seen::REANSWERED),
-        never!("no session receives the same event twice", bad::PUSH_TWICE),
+        never!(PUSH_TWICE, bad::PUSH_TWICE),
         witness!("one event reaches two sessions", seen::TWO_SESSIONS),
-        never!("a verdict is never pushed as chat", bad::VERDICT_PUSHED),
+        never!(VERDICT_PUSHED, bad::VERDICT_PUSHED),
         witness!("an allowed sender's message is pushed", seen::ALLOWED_PUSHED),
-        never!("a stranger's event is never pushed", bad::STRANGER_PUSHED),
+        never!(STRANGER_PUSHED, bad::STRANGER_PUSHED),
         witness!("an event of identity B reaches B's session", seen::B_PUSHED),
-        never!("the identity's own events and notices are never pushed", bad::OWN_OR_NOTICE_PUSHED),
+        never!(OWN_OR_NOTICE_PUSHED, bad::OWN_OR_NOTICE_PUSHED),
         witness!("an own event or a notice is seen and dropped", seen::OWN_DROPPED),
-        never!("one identity's events never reach another identity", bad::CROSS_IDENTITY),
+        never!(CROSS_IDENTITY, bad::CROSS_IDENTITY),
         Property::always(SETTINGS_UNCHANGED, settings_unchanged),
         Property::sometimes("a session acknowledges an event", |_, s: &State| !s.acked.is_empty()),
         Property::always(CAP, under_cap),
@@ -1366,29 +1377,29 @@ fn properties() -> Vec<Property<World>> {
         Property::sometimes("both identities hold prompts at once", |_, s: &State| {
             s.channel.identities().all(|(_, st)| !st.prompts().is_empty())
         }),
-        never!("a withdrawn reaction never causes a verdict", bad::WITHDRAWN_COUNTED),
+        never!(WITHDRAWN_COUNTED, bad::WITHDRAWN_COUNTED),
         Property::sometimes("a withdrawn reaction leaves the prompt answerable", |_, s: &State| {
             s.reactions.iter().any(|r| r.redacted && s.channel.identities().any(|(_, st)| st.prompts().iter().any(|p| p.phase == Phase::Pending { message: r.target.clone() })))
         }),
-        never!("deny wins when approve and deny are both there", bad::DENY_LOST),
+        never!(DENY_LOST, bad::DENY_LOST),
         witness!("a deny by reaction is taken", seen::DENY_BY_REACTION),
-        never!("a verdict by reaction waits for the settle window", bad::EARLY_VERDICT),
+        never!(EARLY_VERDICT, bad::EARLY_VERDICT),
         witness!("a verdict is taken by reaction", seen::REACTION_VERDICT),
-        never!("an expired prompt is never answered", bad::EXPIRED_ANSWERED),
+        never!(EXPIRED_ANSWERED, bad::EXPIRED_ANSWERED),
         witness!("a prompt expires", seen::EXPIRED),
-        never!("a prompt goes only to the permission room or where an allowed sender last wrote", bad::WRONG_ROOM),
+        never!(WRONG_ROOM, bad::WRONG_ROOM),
         witness!("a prompt goes to the second room", seen::POSTED_TO_R2),
-        never!("an acknowledged event is never replayed", bad::ACKED_REPLAYED),
+        never!(ACKED_REPLAYED, bad::ACKED_REPLAYED),
         witness!("an event is replayed", seen::REPLAYED),
         Property::always(LOST, nothing_lost),
         Property::sometimes("an event waits in the queue", |_, s: &State| {
             s.channel.identities().any(|(_, st)| !st.queue().is_empty())
         }),
-        never!("an edit is pushed only from the original's sender", bad::FOREIGN_EDIT),
+        never!(FOREIGN_EDIT, bad::FOREIGN_EDIT),
         witness!("an edit is pushed", seen::EDIT_PUSHED),
-        never!("replay is oldest first", bad::REPLAY_ORDER),
+        never!(REPLAY_ORDER, bad::REPLAY_ORDER),
         witness!("two events are replayed at once", seen::REPLAYED_TWO),
-        never!("a prompt shows a verdict only once its own verdict was delivered", bad::WRONG_RETIREMENT),
+        never!(WRONG_RETIREMENT, bad::WRONG_RETIREMENT),
         witness!("a verdict send completes after its prompt was re-issued", seen::STALE_SEND),
     ]
 }

@@ -1,0 +1,165 @@
+//! The model check: every invariant over every interleaving of the bounded world,
+//! and, for each invariant, a deliberate fault under which the checker finds the
+//! counterexample (so no property holds because nothing happens).
+//!
+//! The full searches take seconds in release and minutes in debug; they run when
+//! `MC_FULL_CHECK=1` is set (`.ci/run` runs them in release, see the README). Under
+//! cargo-mutants (`INSIDE_MUTANTS` is set) the fault searches still run: they stop
+//! at the first counterexample.
+
+mod check;
+
+use check::{names, witnesses, Fault, Scope, World};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use std::collections::BTreeSet;
+
+/// Unique states of the full search of each scope. A change to the core or the
+/// world that changes these numbers must say why in its commit.
+const PINNED_DELIVERY: usize = 268_512;
+const PINNED_PROMPTS: usize = 363_732;
+
+fn full_check_enabled() -> bool {
+    std::env::var_os("MC_FULL_CHECK").is_some_and(|v| v == "1")
+}
+
+fn full_check(scope: Scope, pinned: usize) {
+    let world = World::new(scope);
+    let properties = world.properties();
+    let checker = world.checker().threads(2).spawn_bfs().join();
+    let discovered: BTreeSet<&str> = checker.discoveries().into_keys().collect();
+    let broken: Vec<&str> = properties
+        .iter()
+        .filter(|p| p.expectation == Expectation::Always && discovered.contains(p.name))
+        .map(|p| p.name)
+        .collect();
+    assert!(broken.is_empty(), "{scope:?}: invariants broken: {broken:?}");
+    let witnessed: BTreeSet<&str> = properties
+        .iter()
+        .filter(|p| p.expectation == Expectation::Sometimes && discovered.contains(p.name))
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(witnessed, witnesses(scope), "{scope:?}: witnesses");
+    assert_eq!(checker.unique_state_count(), pinned, "{scope:?}: state count");
+}
+
+#[test]
+fn the_delivery_scope_holds_every_invariant_over_its_full_search() {
+    if full_check_enabled() {
+        full_check(Scope::Delivery, PINNED_DELIVERY);
+    }
+}
+
+#[test]
+fn the_prompts_scope_holds_every_invariant_over_its_full_search() {
+    if full_check_enabled() {
+        full_check(Scope::Prompts, PINNED_PROMPTS);
+    }
+}
+
+#[test]
+fn the_two_scopes_together_witness_every_sometimes_property() {
+    let all: BTreeSet<&str> = World::new(Scope::Delivery)
+        .properties()
+        .iter()
+        .filter(|p| p.expectation == Expectation::Sometimes)
+        .map(|p| p.name)
+        .collect();
+    let covered: BTreeSet<&str> = witnesses(Scope::Delivery)
+        .union(&witnesses(Scope::Prompts))
+        .copied()
+        .collect();
+    assert_eq!(covered, all);
+}
+
+#[test]
+fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
+    let properties = World::new(Scope::Prompts).properties();
+    let always = properties
+        .iter()
+        .filter(|p| p.expectation == Expectation::Always)
+        .count();
+    let sometimes = properties
+        .iter()
+        .filter(|p| p.expectation == Expectation::Sometimes)
+        .count();
+    assert!(always >= 15, "{always} always properties");
+    assert_eq!(always, sometimes, "each always property has a sometimes partner");
+    assert_eq!(always, FAULTS.len(), "each always property has a fault test");
+}
+
+/// Each invariant, the fault that breaks it, and the scope where that shows.
+const FAULTS: [(&str, Fault, Scope); 21] = [
+    (names::STRANGER_VERDICT, Fault::StrangerAllowed, Scope::Prompts),
+    (names::NON_APPROVER_VERDICT, Fault::CarlApprover, Scope::Prompts),
+    (names::VERDICT_MISROUTED, Fault::VerdictToEverySession, Scope::Prompts),
+    (names::VERDICT_TWICE, Fault::MisreportVerdicts, Scope::Prompts),
+    (names::PUSH_TWICE, Fault::MisreportPushes, Scope::Delivery),
+    (names::VERDICT_PUSHED, Fault::DisguiseVerdicts, Scope::Delivery),
+    (names::STRANGER_PUSHED, Fault::StrangerAllowed, Scope::Delivery),
+    (names::OWN_OR_NOTICE_PUSHED, Fault::NoticeAsText, Scope::Delivery),
+    (names::CROSS_IDENTITY, Fault::MisrouteToA, Scope::Delivery),
+    (names::SETTINGS_UNCHANGED, Fault::WidenOnAck, Scope::Delivery),
+    (names::CAP, Fault::CapThree, Scope::Prompts),
+    (names::WITHDRAWN_COUNTED, Fault::LoseRedactions, Scope::Prompts),
+    (names::DENY_LOST, Fault::LoseDenyReactions, Scope::Prompts),
+    (names::EARLY_VERDICT, Fault::ShortSettle, Scope::Prompts),
+    (names::EXPIRED_ANSWERED, Fault::LongTtl, Scope::Prompts),
+    (names::WRONG_ROOM, Fault::StrangerAllowed, Scope::Prompts),
+    (names::ACKED_REPLAYED, Fault::DropAcks, Scope::Delivery),
+    (names::LOST, Fault::LosePushes, Scope::Delivery),
+    (names::FOREIGN_EDIT, Fault::ForgeEditSender, Scope::Delivery),
+    (names::REPLAY_ORDER, Fault::ReverseReplay, Scope::Delivery),
+    (names::WRONG_RETIREMENT, Fault::MisreportFailedVerdicts, Scope::Prompts),
+];
+
+fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
+    let world = World::with_fault(scope, fault);
+    assert!(
+        world.properties().iter().any(|p| p.name == name),
+        "no property named {name:?}"
+    );
+    let checker = world
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([name].into()))
+        .spawn_dfs()
+        .join();
+    let path = checker.discovery(name);
+    assert!(
+        path.is_some(),
+        "{fault:?} in {scope:?}: no counterexample for {name:?}"
+    );
+}
+
+macro_rules! fault_tests {
+    ($($test:ident => $index:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            let (name, fault, scope) = FAULTS[$index];
+            assert_fault_found(name, fault, scope);
+        }
+    )*};
+}
+
+fault_tests! {
+    a_stranger_made_approver_causes_a_verdict => 0;
+    a_non_approver_made_approver_causes_a_verdict => 1;
+    a_verdict_sent_to_every_session_is_caught => 2;
+    a_delivered_verdict_reported_failed_is_delivered_twice => 3;
+    pushes_reported_failed_reach_a_session_twice => 4;
+    a_disguised_verdict_is_pushed_as_chat => 5;
+    a_stranger_made_allowed_gets_pushed => 6;
+    a_notice_decoded_as_text_is_pushed => 7;
+    events_routed_to_the_wrong_identity_are_caught => 8;
+    a_tool_that_widens_the_allowlist_is_caught => 9;
+    a_cap_of_three_exceeds_the_cap_of_two => 10;
+    a_lost_redaction_lets_a_withdrawn_vote_decide => 11;
+    a_lost_deny_lets_approve_win => 12;
+    a_one_millisecond_window_decides_early => 13;
+    a_doubled_ttl_answers_an_expired_prompt => 14;
+    a_stranger_made_allowed_redirects_prompts => 15;
+    a_lost_acknowledgement_lets_an_acked_event_replay => 16;
+    a_lost_push_loses_a_message => 17;
+    a_forged_edit_sender_gets_an_edit_pushed => 18;
+    a_reversed_replay_is_caught => 19;
+    a_failed_send_reported_sent_shows_a_verdict_never_delivered => 20;
+}
