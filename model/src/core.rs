@@ -393,7 +393,8 @@ impl Channel {
     }
 }
 
-/// An input for one identity, unpacked.
+/// An input for one identity, unpacked. Moved once, like [`Input`].
+#[allow(clippy::large_enum_variant)]
 enum Event {
     Attach(SessionId),
     Detach(SessionId),
