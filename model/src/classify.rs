@@ -39,7 +39,9 @@ pub fn verdict_body(content: &MessageContent) -> &str {
 /// Classifies a message from a sender the gate judged `gate`.
 ///
 /// Order: the gate (own events and strangers stop here), then missing content,
-/// notices, edits, verdict shape (only `m.text` and `m.emote`), chat.
+/// notices, edits, verdict shape, chat. Only an approver's `m.text` or `m.emote` is
+/// a verdict; verdict-shaped text anywhere else (an edit's new content, a caption,
+/// another msgtype, a non-approver) is dropped, never pushed as chat.
 pub fn classify_message(gate: Gate, message: &Message) -> MessageClass<'_> {
     match gate {
         Gate::Own => return MessageClass::Drop(DropReason::OwnEvent),
@@ -58,6 +60,11 @@ pub fn classify_message(gate: Gate, message: &Message) -> MessageClass<'_> {
     }) = &content.relation
     {
         return match new_content {
+            // An edit is never a verdict, and verdict-shaped text never reaches the
+            // agent as chat.
+            Some(new) if parse_text_verdict(&new.body).is_some() => {
+                MessageClass::Drop(DropReason::VerdictShaped)
+            }
             Some(new_content) => MessageClass::Edit {
                 original,
                 new_content,
@@ -66,8 +73,9 @@ pub fn classify_message(gate: Gate, message: &Message) -> MessageClass<'_> {
         };
     }
     let textual = matches!(content.msgtype, MsgType::Text | MsgType::Emote);
-    match parse_text_verdict(verdict_body(content)).filter(|_| textual) {
-        Some(verdict) if gate == Gate::Approver => MessageClass::Verdict(verdict),
+    match parse_text_verdict(verdict_body(content)) {
+        Some(verdict) if gate == Gate::Approver && textual => MessageClass::Verdict(verdict),
+        Some(_) if gate == Gate::Approver => MessageClass::Drop(DropReason::VerdictShaped),
         Some(_) => MessageClass::Drop(DropReason::NotApprover),
         None => MessageClass::Chat(content),
     }

@@ -2,7 +2,7 @@
 
 use crate::classify::{classify_message, classify_reaction, MessageClass, ReactionClass};
 use crate::config::{ConfigError, Gate, IdentityConfig};
-use crate::effect::{
+use crate::effect::{PromptText, 
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, VerdictSource,
 };
 use crate::event::{Input, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction};
@@ -33,6 +33,10 @@ pub struct Channel {
 pub struct IdentityState {
     config: IdentityConfig,
     sessions: BTreeMap<SessionId, SessionState>,
+    /// Which attach of each session is the current one: a failure reported for a
+    /// push or verdict sent to an earlier attach does not detach the session.
+    generations: BTreeMap<SessionId, u64>,
+    attaches: u64,
     last_room: Option<RoomId>,
     prompts: Vec<Prompt>,
     next_serial: u64,
@@ -115,9 +119,11 @@ impl Phase {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Vote {
     pub voter: UserId,
-    /// The raw key, for display.
+    /// The raw key, for display (`yes` for a text allow that joined the window).
     pub key: String,
     pub behavior: Behavior,
+    /// A text allow typed while a deny was settling, rather than a reaction.
+    pub by_text: bool,
 }
 
 /// The delivery log's record of one event that passed the gate.
@@ -138,6 +144,8 @@ pub enum Record {
         kind: PushKind,
         delivered: BTreeSet<SessionId>,
         acked: bool,
+        /// Redacted in Matrix: never delivered again.
+        redacted: bool,
     },
     /// A text verdict; never pushed.
     Verdict,
@@ -161,6 +169,7 @@ enum InFlight {
     Push {
         identity: IdentityId,
         session: SessionId,
+        generation: u64,
         event_id: Option<EventId>,
         seq: u64,
         notification: ChannelNotification,
@@ -174,6 +183,13 @@ enum InFlight {
     Verdict {
         identity: IdentityId,
         serial: u64,
+        generation: u64,
+        /// What the prompt message shows once the send succeeds, even if the
+        /// prompt was evicted or replaced meanwhile.
+        room: RoomId,
+        message: EventId,
+        request: PermissionRequest,
+        decision: Decision,
     },
 }
 
@@ -371,12 +387,14 @@ impl Channel {
         match flight {
             InFlight::Push {
                 session,
+                generation,
                 event_id,
                 seq,
                 notification,
                 ..
             } => {
                 if matches!(outcome, Outcome::Failed { .. }) {
+                    state.lost_stream(&session, generation);
                     state.push_failed(&session, event_id, seq, notification, &mut out);
                 }
             }
@@ -386,8 +404,17 @@ impl Channel {
                 request,
                 ..
             } => state.post_completed(id, serial, room, &request, outcome, &mut out),
-            InFlight::Verdict { serial, .. } => {
-                state.verdict_completed(id, serial, outcome, &mut out)
+            InFlight::Verdict {
+                serial,
+                generation,
+                room,
+                message,
+                request,
+                decision,
+                ..
+            } => {
+                let shown = render_outcome(&request, PromptOutcome::Decided(&decision));
+                state.verdict_completed(id, serial, generation, outcome, (room, message, shown), &mut out)
             }
         }
     }
@@ -410,6 +437,8 @@ impl IdentityState {
         Self {
             config,
             sessions: BTreeMap::new(),
+            generations: BTreeMap::new(),
+            attaches: 0,
             last_room: None,
             prompts: Vec::new(),
             next_serial: 0,
@@ -466,6 +495,8 @@ impl IdentityState {
 
     fn attach(&mut self, session: SessionId, out: &mut Out<'_>) {
         self.sessions.insert(session.clone(), SessionState::Live);
+        self.attaches += 1;
+        self.generations.insert(session.clone(), self.attaches);
         let decided: Vec<u64> = self
             .prompts
             .iter()
@@ -509,9 +540,23 @@ impl IdentityState {
         }
     }
 
+    fn generation(&self, session: &SessionId) -> u64 {
+        self.generations.get(session).copied().unwrap_or(0)
+    }
+
+    /// A send to `session`'s attach `generation` failed: that stream is gone. The
+    /// session is detached only if it has not attached again since.
+    fn lost_stream(&mut self, session: &SessionId, generation: u64) {
+        if self.generation(session) == generation {
+            if let Some(state) = self.sessions.get_mut(session) {
+                *state = SessionState::Detached;
+            }
+        }
+    }
+
     // ----- delivery -------------------------------------------------------------
 
-    fn log(&mut self, event_id: &EventId, sender: &UserId, record: Record) -> u64 {
+    fn log(&mut self, event_id: &EventId, sender: &UserId, record: Record, out: &mut Out<'_>) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let entry = LogEntry {
@@ -524,9 +569,20 @@ impl IdentityState {
         while self.log_order.len() > self.config.log_cap {
             if let Some(old) = self.log_order.pop_front() {
                 self.log.remove(&old);
+                self.forget_queued(&old, out);
             }
         }
         seq
+    }
+
+    /// An event the log no longer remembers cannot be redacted, acknowledged or
+    /// deduplicated any more, so it leaves the queue too (visibly).
+    fn forget_queued(&mut self, event_id: &EventId, out: &mut Out<'_>) {
+        let before = self.queue.len();
+        self.queue.retain(|q| q.event_id != *event_id);
+        if self.queue.len() < before {
+            out.drop(Some(event_id), DropReason::QueueFull);
+        }
     }
 
     fn record_delivery(&mut self, event_id: &EventId, session: &SessionId) {
@@ -561,7 +617,9 @@ impl IdentityState {
             .filter(|s| !have.contains(s))
             .collect();
         if targets.is_empty() {
-            self.enqueue(event_id, seq, notification, out);
+            if have.is_empty() {
+                self.enqueue(event_id, seq, notification, out);
+            }
             return;
         }
         for session in targets {
@@ -633,6 +691,7 @@ impl IdentityState {
             InFlight::Push {
                 identity: out.identity.clone(),
                 session: session.clone(),
+                generation: self.generation(session),
                 event_id: event_id.clone(),
                 seq,
                 notification: base,
@@ -647,8 +706,9 @@ impl IdentityState {
         });
     }
 
-    /// A push failed: the session's stream is gone. The event goes to another live
-    /// session, or back to the queue, unless someone has it or the agent acked it.
+    /// A push failed. The event goes to every live session that lacks it (the same
+    /// session too, if it attached again since), or back to the queue when nobody
+    /// has it, unless the agent acknowledged it or it was redacted.
     fn push_failed(
         &mut self,
         session: &SessionId,
@@ -657,21 +717,22 @@ impl IdentityState {
         notification: ChannelNotification,
         out: &mut Out<'_>,
     ) {
-        if let Some(state) = self.sessions.get_mut(session) {
-            *state = SessionState::Detached;
-        }
         let Some(event_id) = event_id else { return };
         let Some(LogEntry {
-            record: Record::Pushed {
-                delivered, acked, ..
-            },
+            record:
+                Record::Pushed {
+                    delivered,
+                    acked,
+                    redacted,
+                    ..
+                },
             ..
         }) = self.log.get_mut(&event_id)
         else {
             return;
         };
         delivered.remove(session);
-        if delivered.is_empty() && !*acked {
+        if !*acked && !*redacted {
             self.deliver(&event_id, seq, notification, out);
         }
     }
@@ -700,11 +761,11 @@ impl IdentityState {
         }
         match class {
             MessageClass::Drop(reason) => {
-                self.log(&message.event_id, &message.sender, Record::NotPushed);
+                self.log(&message.event_id, &message.sender, Record::NotPushed, out);
                 out.drop(Some(&message.event_id), reason);
             }
             MessageClass::Verdict(verdict) => {
-                self.log(&message.event_id, &message.sender, Record::Verdict);
+                self.log(&message.event_id, &message.sender, Record::Verdict, out);
                 self.on_text_verdict(&message, verdict, out);
             }
             MessageClass::Chat(content) => {
@@ -736,7 +797,7 @@ impl IdentityState {
                         out,
                     );
                 } else {
-                    self.log(&message.event_id, &message.sender, Record::NotPushed);
+                    self.log(&message.event_id, &message.sender, Record::NotPushed, out);
                     out.drop(Some(&message.event_id), DropReason::EditRejected);
                 }
             }
@@ -755,8 +816,9 @@ impl IdentityState {
             kind,
             delivered: BTreeSet::new(),
             acked: false,
+            redacted: false,
         };
-        let seq = self.log(event_id, sender, record);
+        let seq = self.log(event_id, sender, record, out);
         self.deliver(event_id, seq, notification, out);
     }
 
@@ -782,16 +844,17 @@ impl IdentityState {
         }
         match (class, prompt) {
             (ReactionClass::Vote(behavior), Some(index)) => {
-                self.log(&reaction.event_id, &reaction.sender, Record::Vote);
+                self.log(&reaction.event_id, &reaction.sender, Record::Vote, out);
                 let vote = Vote {
                     voter: reaction.sender.clone(),
                     key: reaction.key.clone(),
                     behavior,
+                    by_text: false,
                 };
                 self.on_vote(index, reaction.event_id, vote, out);
             }
             (ReactionClass::Drop(reason), _) => {
-                self.log(&reaction.event_id, &reaction.sender, Record::NotPushed);
+                self.log(&reaction.event_id, &reaction.sender, Record::NotPushed, out);
                 out.drop(Some(&reaction.event_id), reason);
             }
             // A vote is only ever classified on a prompt, so `(Vote, None)` is chat.
@@ -840,30 +903,38 @@ impl IdentityState {
                 if let Some(at) = votes.iter().position(|(id, _)| *id == redaction.redacts) {
                     if votes[at].1.voter == redaction.sender {
                         votes.remove(at);
-                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
                     } else {
-                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
                         out.drop(Some(&redaction.event_id), DropReason::WithdrawalByOther);
                     }
                     return;
                 }
             }
         }
-        let delivered = match self.log.get(&redaction.redacts) {
+        let delivered = match self.log.get_mut(&redaction.redacts) {
             Some(LogEntry {
-                record: Record::Pushed { delivered, .. },
+                record:
+                    Record::Pushed {
+                        delivered,
+                        redacted,
+                        ..
+                    },
                 ..
-            }) => delivered.len(),
+            }) => {
+                *redacted = true;
+                delivered.len()
+            }
             _ => {
-                self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
+                self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
                 return out.drop(Some(&redaction.event_id), DropReason::RedactionOfUnpushed);
             }
         };
         if delivered == 0 {
             // Still queued: no session saw it, so none will.
             self.queue.retain(|q| q.event_id != redaction.redacts);
-            self.log(&redaction.event_id, &redaction.sender, Record::NotPushed);
-            return;
+            self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
+            return out.drop(Some(&redaction.redacts), DropReason::RedactedBeforeDelivery);
         }
         let notification = render_retraction(&redaction);
         self.log_and_deliver(
@@ -915,8 +986,15 @@ impl IdentityState {
         {
             self.retire(index, DropReason::PromptSuperseded, out);
         }
-        while self.prompts.len() >= self.config.max_prompts {
-            self.retire(0, DropReason::PromptEvicted, out);
+        while !self.prompts.is_empty() && self.prompts.len() >= self.config.max_prompts {
+            // The oldest prompt nobody answered goes first; an answered one waiting
+            // for its session goes only when every prompt is answered.
+            let oldest = self
+                .prompts
+                .iter()
+                .position(|p| p.phase.is_answerable() || matches!(p.phase, Phase::Posting { .. }))
+                .unwrap_or(0);
+            self.retire(oldest, DropReason::PromptEvicted, out);
         }
         let serial = self.next_serial;
         self.next_serial += 1;
@@ -949,15 +1027,21 @@ impl IdentityState {
         });
     }
 
-    /// Removes the prompt at `index` unanswered; its message shows it expired.
+    /// Removes the prompt at `index` before its verdict reached the session; its
+    /// message says why (expired, replaced, or dropped at the cap).
     fn retire(&mut self, index: usize, reason: DropReason, out: &mut Out<'_>) {
         let prompt = self.prompts.remove(index);
+        let outcome = match reason {
+            DropReason::PromptSuperseded => PromptOutcome::Superseded,
+            DropReason::PromptEvicted => PromptOutcome::Evicted,
+            _ => PromptOutcome::Expired,
+        };
         if let Some(message) = prompt.phase.message() {
             out.effects.push(Effect::EditPrompt {
                 identity: out.identity.clone(),
                 room: prompt.room.clone(),
                 event_id: message.clone(),
-                text: render_outcome(&prompt.request, PromptOutcome::Expired),
+                text: render_outcome(&prompt.request, outcome),
             });
         }
         out.drop(prompt.phase.message(), reason);
@@ -1013,19 +1097,21 @@ impl IdentityState {
                 p.request.request_id == *id && p.phase.message().is_some()
             })
             .collect();
-        let answerable: Vec<usize> = same_id
-            .iter()
-            .copied()
-            .filter(|&i| self.prompts[i].phase.is_answerable())
-            .collect();
         let replied = same_id
             .iter()
             .copied()
             .find(|&i| self.prompts[i].phase.message() == reply_target);
-        let target = match (replied, answerable.as_slice()) {
+        // Without a reply, only the prompts posted in the room the answer was typed
+        // in, and every one of them counts (answered or not) for ambiguity.
+        let in_room: Vec<usize> = same_id
+            .iter()
+            .copied()
+            .filter(|&i| self.prompts[i].room == message.room)
+            .collect();
+        let target = match (replied, in_room.as_slice()) {
             (Some(index), _) => index,
             (None, [index]) => *index,
-            (None, []) if same_id.is_empty() => {
+            (None, []) => {
                 out.notice(
                     &message.room,
                     &message.event_id,
@@ -1033,7 +1119,6 @@ impl IdentityState {
                 );
                 return out.drop(Some(&message.event_id), DropReason::UnknownRequest);
             }
-            (None, []) => return self.already_answered(message, id, out),
             (None, _) => {
                 out.notice(
                     &message.room,
@@ -1053,7 +1138,36 @@ impl IdentityState {
                 event_id: message.event_id.clone(),
             },
         };
+        if verdict.behavior == Behavior::Allow && self.deny_is_settling(target) {
+            // Deny wins: an allow typed while an approver's deny reaction settles
+            // joins the votes and is weighed when the window ends.
+            if let Phase::Settling { votes, .. } = &mut self.prompts[target].phase {
+                let vote = Vote {
+                    voter: message.sender.clone(),
+                    key: "yes".to_owned(),
+                    behavior: Behavior::Allow,
+                    by_text: true,
+                };
+                votes.push((message.event_id.clone(), vote));
+            }
+            out.notice(
+                &message.room,
+                &message.event_id,
+                format!("A deny reaction on {id} is settling: deny wins unless it is withdrawn."),
+            );
+            return;
+        }
         self.decide(target, decision, out);
+    }
+
+    /// Whether an approver's deny vote is settling on the prompt at `index`.
+    fn deny_is_settling(&self, index: usize) -> bool {
+        match &self.prompts[index].phase {
+            Phase::Settling { votes, .. } => votes
+                .iter()
+                .any(|(_, v)| v.behavior == Behavior::Deny && self.config.is_approver(&v.voter)),
+            _ => false,
+        }
     }
 
     fn already_answered(&mut self, message: &Message, id: &RequestId, out: &mut Out<'_>) {
@@ -1085,9 +1199,11 @@ impl IdentityState {
     }
 
     fn start_delivery(&mut self, serial: u64, out: &mut Out<'_>) {
+        let generations = &self.generations;
         let Some(prompt) = self.prompts.iter_mut().find(|p| p.serial == serial) else {
             return;
         };
+        let generation = generations.get(&prompt.session).copied().unwrap_or(0);
         let Phase::Decided { message, decision } = &prompt.phase else {
             return;
         };
@@ -1097,6 +1213,11 @@ impl IdentityState {
             InFlight::Verdict {
                 identity: out.identity.clone(),
                 serial,
+                generation,
+                room: prompt.room.clone(),
+                message: message.clone(),
+                request: prompt.request.clone(),
+                decision: decision.clone(),
             },
         );
         out.effects.push(Effect::SendVerdict {
@@ -1115,17 +1236,31 @@ impl IdentityState {
         };
     }
 
+    /// A verdict send ended. `shown` is the prompt message and its outcome text.
     fn verdict_completed(
         &mut self,
         id: EffectId,
         serial: u64,
+        generation: u64,
         outcome: Outcome,
+        shown: (RoomId, EventId, PromptText),
         out: &mut Out<'_>,
     ) {
         let current = self.prompts.iter().position(|p| {
             p.serial == serial && matches!(p.phase, Phase::Delivering { send, .. } if send == id)
         });
         let Some(index) = current else {
+            // The prompt was evicted or replaced while its verdict was in flight.
+            // If the verdict arrived, the message still shows what was decided.
+            if outcome == Outcome::Sent {
+                let (room, event_id, text) = shown;
+                out.effects.push(Effect::EditPrompt {
+                    identity: out.identity.clone(),
+                    room,
+                    event_id,
+                    text,
+                });
+            }
             return out.drop(None, DropReason::StaleOutcome);
         };
         let prompt = &mut self.prompts[index];
@@ -1141,14 +1276,19 @@ impl IdentityState {
                 decision: decision.clone(),
             };
             let session = prompt.session.clone();
-            self.sessions.insert(session, SessionState::Detached);
+            self.lost_stream(&session, generation);
+            // Attached again since the send: deliver to the new stream now.
+            if self.is_live(&session) {
+                self.start_delivery(serial, out);
+            }
             return;
         }
+        let (room, event_id, text) = shown;
         out.effects.push(Effect::EditPrompt {
             identity: out.identity.clone(),
-            room: prompt.room.clone(),
-            event_id: message.clone(),
-            text: render_outcome(&prompt.request, PromptOutcome::Decided(decision)),
+            room,
+            event_id,
+            text,
         });
         self.prompts.remove(index);
     }
@@ -1184,23 +1324,36 @@ impl IdentityState {
         let Phase::Settling { message, votes, .. } = &prompt.phase else {
             return;
         };
+        // The operator may have removed an approver while the window was open.
+        let config = &self.config;
+        let votes: Vec<&(EventId, Vote)> = votes
+            .iter()
+            .filter(|(_, v)| config.is_approver(&v.voter))
+            .collect();
         let deciding = votes
             .iter()
+            .copied()
             .find(|(_, v)| v.behavior == Behavior::Deny)
-            .or_else(|| votes.first());
+            .or_else(|| votes.first().copied());
         let Some((event_id, vote)) = deciding else {
             prompt.phase = Phase::Pending {
                 message: message.clone(),
             };
             return;
         };
-        let decision = Decision {
-            behavior: vote.behavior,
-            by: vote.voter.clone(),
-            via: VerdictSource::Reaction {
+        let via = match vote.by_text {
+            true => VerdictSource::Text {
+                event_id: event_id.clone(),
+            },
+            false => VerdictSource::Reaction {
                 event_id: event_id.clone(),
                 key: vote.key.clone(),
             },
+        };
+        let decision = Decision {
+            behavior: vote.behavior,
+            by: vote.voter.clone(),
+            via,
         };
         self.decide(index, decision, out);
     }

@@ -133,6 +133,11 @@ pub enum DropReason {
     Duplicate,
     /// A verdict (text or reaction) from an allowed sender who is not an approver.
     NotApprover,
+    /// Verdict-shaped text that is not a verdict (an edit's new content, a caption,
+    /// a msgtype other than `m.text` / `m.emote`): never pushed as chat.
+    VerdictShaped,
+    /// An event redacted before any session received it: removed from the queue.
+    RedactedBeforeDelivery,
     /// An edit without `m.new_content`, of an event never pushed, or by someone other
     /// than the original's sender.
     EditRejected,

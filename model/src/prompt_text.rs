@@ -12,6 +12,8 @@ use crate::event::PermissionRequest;
 use crate::fallback::clip_chars;
 use crate::verdict::Behavior;
 use html_escape::encode_text;
+use regex::Regex;
+use std::sync::LazyLock;
 
 /// At most this many characters of `tool_name` are shown.
 pub const TOOL_NAME_CHARS: usize = 100;
@@ -20,9 +22,15 @@ pub const DESCRIPTION_CHARS: usize = 600;
 /// At most this many characters of `input_preview` are shown.
 pub const PREVIEW_CHARS: usize = 1_200;
 
-/// A field clipped to `max` characters, with `…` when something was cut.
+/// Format characters (`Cf`: bidi overrides and isolates, zero-width characters):
+/// in a prompt they could make a command display as something else.
+static FORMAT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\p{Cf}").expect("constant regex"));
+
+/// A field from the tool call without format characters, clipped to `max`
+/// characters, with `…` when something was cut.
 fn clipped(text: &str, max: usize) -> String {
-    match clip_chars(text, max) {
+    let visible = FORMAT.replace_all(text, "");
+    match clip_chars(&visible, max) {
         (head, true) => format!("{head}…"),
         (whole, false) => whole.to_owned(),
     }
@@ -69,8 +77,12 @@ pub fn render_prompt(config: &IdentityConfig, request: &PermissionRequest) -> Pr
 pub enum PromptOutcome<'a> {
     /// A verdict reached the session that asked.
     Decided(&'a Decision),
-    /// The prompt ran out of time, was evicted, or was replaced.
+    /// The prompt ran out of time unanswered.
     Expired,
+    /// The session asked again under the same id; the new prompt replaces this one.
+    Superseded,
+    /// The identity reached its cap of open prompts; this was the oldest.
+    Evicted,
 }
 
 /// The edit of a prompt message once its outcome is known.
@@ -90,6 +102,8 @@ pub fn render_outcome(request: &PermissionRequest, outcome: PromptOutcome<'_>) -
             format!("{mark} {word} by {} {how}", decision.by)
         }
         PromptOutcome::Expired => "⌛ Expired: no answer in time".to_owned(),
+        PromptOutcome::Superseded => "⌛ Replaced: the session asked again".to_owned(),
+        PromptOutcome::Evicted => "⌛ Dropped: too many open permission requests".to_owned(),
     };
     let plain = format!("{head}: permission request {id} ({tool})");
     let html = format!(

@@ -222,7 +222,8 @@ pub fn render_reaction(reaction: &Reaction) -> ChannelNotification {
     let key = one_line(&reaction.key, SHORT_FIELD_CHARS);
     meta.set(MetaKey::ReactionKey, key.as_str());
     meta.set(MetaKey::ReactedTo, reaction.relates_to.as_str());
-    let content = format!("reacted {key} to {}", reaction.relates_to);
+    // Event ids stay in meta: a server may choose ids with any characters.
+    let content = format!("reacted {key}");
     ChannelNotification { content, meta }
 }
 
@@ -239,7 +240,7 @@ pub fn render_retraction(redaction: &Redaction) -> ChannelNotification {
         },
     );
     meta.set(MetaKey::Redacts, redaction.redacts.as_str());
-    let content = format!("retracted {}", redaction.redacts);
+    let content = "retracted an earlier event (see redacts)".to_owned();
     ChannelNotification { content, meta }
 }
 

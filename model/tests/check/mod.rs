@@ -1133,8 +1133,10 @@ fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effe
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
             }
             Effect::EditPrompt { event_id, text, .. } => {
-                if text.plain.starts_with('⌛') {
+                if text.plain.starts_with("⌛ Expired") {
                     s.seen |= seen::EXPIRED;
+                } else if text.plain.starts_with('⌛') {
+                    // Replaced or dropped at the cap: unanswered, shown as such.
                 } else if !s.prompts.iter().any(|p| p.message == event_id && p.delivered > 0) {
                     s.bad |= bad::WRONG_RETIREMENT;
                 }
