@@ -179,6 +179,9 @@ enum InFlight {
         serial: u64,
         room: RoomId,
         request: PermissionRequest,
+        /// Set when the prompt is retired while still being posted: what the posted
+        /// message then shows.
+        retired: Option<PromptText>,
     },
     Verdict {
         identity: IdentityId,
@@ -402,8 +405,12 @@ impl Channel {
                 serial,
                 room,
                 request,
+                retired,
                 ..
-            } => state.post_completed(id, serial, room, &request, outcome, &mut out),
+            } => {
+                let shown = retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
+                state.post_completed(id, serial, room, shown, outcome, &mut out)
+            }
             InFlight::Verdict {
                 serial,
                 generation,
@@ -1007,6 +1014,7 @@ impl IdentityState {
                 serial,
                 room: room.clone(),
                 request: request.clone(),
+                retired: None,
             },
         );
         out.effects.push(Effect::PostPrompt {
@@ -1036,13 +1044,22 @@ impl IdentityState {
             DropReason::PromptEvicted => PromptOutcome::Evicted,
             _ => PromptOutcome::Expired,
         };
-        if let Some(message) = prompt.phase.message() {
-            out.effects.push(Effect::EditPrompt {
+        let text = render_outcome(&prompt.request, outcome);
+        match &prompt.phase {
+            Phase::Posting { post } => {
+                if let Some(InFlight::Post { retired, .. }) = out.in_flight.get_mut(post) {
+                    *retired = Some(text);
+                }
+            }
+            Phase::Pending { message }
+            | Phase::Settling { message, .. }
+            | Phase::Decided { message, .. }
+            | Phase::Delivering { message, .. } => out.effects.push(Effect::EditPrompt {
                 identity: out.identity.clone(),
                 room: prompt.room.clone(),
                 event_id: message.clone(),
-                text: render_outcome(&prompt.request, outcome),
-            });
+                text,
+            }),
         }
         out.drop(prompt.phase.message(), reason);
     }
@@ -1052,7 +1069,7 @@ impl IdentityState {
         id: EffectId,
         serial: u64,
         room: RoomId,
-        request: &PermissionRequest,
+        shown: PromptText,
         outcome: Outcome,
         out: &mut Out<'_>,
     ) {
@@ -1074,7 +1091,7 @@ impl IdentityState {
                     identity: out.identity.clone(),
                     room,
                     event_id,
-                    text: render_outcome(request, PromptOutcome::Expired),
+                    text: shown,
                 });
             }
             (None, Outcome::Sent | Outcome::Failed { .. }) => {
