@@ -2,8 +2,8 @@
 
 use crate::classify::{classify_message, classify_reaction, MessageClass, ReactionClass};
 use crate::config::{ConfigError, Gate, IdentityConfig};
-use crate::effect::{PromptText, 
-    ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, VerdictSource,
+use crate::effect::{
+    ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
 };
 use crate::event::{Input, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction};
 use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
@@ -408,7 +408,8 @@ impl Channel {
                 retired,
                 ..
             } => {
-                let shown = retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
+                let shown =
+                    retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
                 state.post_completed(id, serial, room, shown, outcome, &mut out)
             }
             InFlight::Verdict {
@@ -421,7 +422,14 @@ impl Channel {
                 ..
             } => {
                 let shown = render_outcome(&request, PromptOutcome::Decided(&decision));
-                state.verdict_completed(id, serial, generation, outcome, (room, message, shown), &mut out)
+                state.verdict_completed(
+                    id,
+                    serial,
+                    generation,
+                    outcome,
+                    (room, message, shown),
+                    &mut out,
+                )
             }
         }
     }
@@ -563,7 +571,13 @@ impl IdentityState {
 
     // ----- delivery -------------------------------------------------------------
 
-    fn log(&mut self, event_id: &EventId, sender: &UserId, record: Record, out: &mut Out<'_>) -> u64 {
+    fn log(
+        &mut self,
+        event_id: &EventId,
+        sender: &UserId,
+        record: Record,
+        out: &mut Out<'_>,
+    ) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let entry = LogEntry {
@@ -910,9 +924,19 @@ impl IdentityState {
                 if let Some(at) = votes.iter().position(|(id, _)| *id == redaction.redacts) {
                     if votes[at].1.voter == redaction.sender {
                         votes.remove(at);
-                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
+                        self.log(
+                            &redaction.event_id,
+                            &redaction.sender,
+                            Record::NotPushed,
+                            out,
+                        );
                     } else {
-                        self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
+                        self.log(
+                            &redaction.event_id,
+                            &redaction.sender,
+                            Record::NotPushed,
+                            out,
+                        );
                         out.drop(Some(&redaction.event_id), DropReason::WithdrawalByOther);
                     }
                     return;
@@ -933,14 +957,24 @@ impl IdentityState {
                 delivered.len()
             }
             _ => {
-                self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
+                self.log(
+                    &redaction.event_id,
+                    &redaction.sender,
+                    Record::NotPushed,
+                    out,
+                );
                 return out.drop(Some(&redaction.event_id), DropReason::RedactionOfUnpushed);
             }
         };
         if delivered == 0 {
             // Still queued: no session saw it, so none will.
             self.queue.retain(|q| q.event_id != redaction.redacts);
-            self.log(&redaction.event_id, &redaction.sender, Record::NotPushed, out);
+            self.log(
+                &redaction.event_id,
+                &redaction.sender,
+                Record::NotPushed,
+                out,
+            );
             return out.drop(Some(&redaction.redacts), DropReason::RedactedBeforeDelivery);
         }
         let notification = render_retraction(&redaction);

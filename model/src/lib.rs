@@ -53,8 +53,7 @@ pub use crate::core::{
     Channel, IdentityState, LogEntry, Phase, Prompt, Queued, Record, SessionState, Vote,
 };
 pub use crate::effect::{
-    ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText,
-    VerdictSource,
+    ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
 };
 pub use crate::event::{
     Attachment, Input, Message, MessageContent, MsgType, NewContent, Outcome, Parent,

@@ -244,9 +244,7 @@ mod tests {
 
     #[test]
     fn characters_next_to_the_invisible_ranges_break_a_tag() {
-        for visible in [
-            '\u{200A}', '\u{2010}', '\u{205F}', '\u{FEFE}', '\u{00AC}',
-        ] {
+        for visible in ['\u{200A}', '\u{2010}', '\u{205F}', '\u{FEFE}', '\u{00AC}'] {
             let text = format!("<sys{visible}tem>");
             let expected = if visible.is_whitespace() {
                 flagged(&format!("＜sys{visible}tem>"))

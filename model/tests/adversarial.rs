@@ -1303,7 +1303,6 @@ fn bidi_controls_from_the_tool_call_never_reach_the_prompt() {
     );
 }
 
-
 /// A redaction that removes a queued event (no session saw it) emits no effect at
 /// all, so the server's log never says where the event went.
 #[test]
@@ -1362,7 +1361,6 @@ fn a_deserialized_state_never_panics() {
     let outcome = std::panic::catch_unwind(move || c.handle(T0, ask("s1", "abcde")));
     assert!(outcome.is_ok());
 }
-
 
 // ----- random sequences -------------------------------------------------------------
 

@@ -32,14 +32,21 @@ fn full_check(scope: Scope, pinned: usize) {
         .filter(|p| p.expectation == Expectation::Always && discovered.contains(p.name))
         .map(|p| p.name)
         .collect();
-    assert!(broken.is_empty(), "{scope:?}: invariants broken: {broken:?}");
+    assert!(
+        broken.is_empty(),
+        "{scope:?}: invariants broken: {broken:?}"
+    );
     let witnessed: BTreeSet<&str> = properties
         .iter()
         .filter(|p| p.expectation == Expectation::Sometimes && discovered.contains(p.name))
         .map(|p| p.name)
         .collect();
     assert_eq!(witnessed, witnesses(scope), "{scope:?}: witnesses");
-    assert_eq!(checker.unique_state_count(), pinned, "{scope:?}: state count");
+    assert_eq!(
+        checker.unique_state_count(),
+        pinned,
+        "{scope:?}: state count"
+    );
 }
 
 #[test]
@@ -83,24 +90,67 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
         .filter(|p| p.expectation == Expectation::Sometimes)
         .count();
     assert!(always >= 15, "{always} always properties");
-    assert_eq!(always, sometimes, "each always property has a sometimes partner");
-    assert_eq!(always, FAULTS.len(), "each always property has a fault test");
+    assert_eq!(
+        always, sometimes,
+        "each always property has a sometimes partner"
+    );
+    assert_eq!(
+        always,
+        FAULTS.len(),
+        "each always property has a fault test"
+    );
 }
 
 /// Each invariant, the fault that breaks it, and the scope where that shows.
 const FAULTS: [(&str, Fault, Scope); 21] = [
-    (names::STRANGER_VERDICT, Fault::StrangerAllowed, Scope::Prompts),
-    (names::NON_APPROVER_VERDICT, Fault::CarlApprover, Scope::Prompts),
-    (names::VERDICT_MISROUTED, Fault::VerdictToEverySession, Scope::Prompts),
-    (names::VERDICT_TWICE, Fault::MisreportVerdicts, Scope::Prompts),
+    (
+        names::STRANGER_VERDICT,
+        Fault::StrangerAllowed,
+        Scope::Prompts,
+    ),
+    (
+        names::NON_APPROVER_VERDICT,
+        Fault::CarlApprover,
+        Scope::Prompts,
+    ),
+    (
+        names::VERDICT_MISROUTED,
+        Fault::VerdictToEverySession,
+        Scope::Prompts,
+    ),
+    (
+        names::VERDICT_TWICE,
+        Fault::MisreportVerdicts,
+        Scope::Prompts,
+    ),
     (names::PUSH_TWICE, Fault::MisreportPushes, Scope::Delivery),
-    (names::VERDICT_PUSHED, Fault::DisguiseVerdicts, Scope::Delivery),
-    (names::STRANGER_PUSHED, Fault::StrangerAllowed, Scope::Delivery),
-    (names::OWN_OR_NOTICE_PUSHED, Fault::NoticeAsText, Scope::Delivery),
+    (
+        names::VERDICT_PUSHED,
+        Fault::DisguiseVerdicts,
+        Scope::Delivery,
+    ),
+    (
+        names::STRANGER_PUSHED,
+        Fault::StrangerAllowed,
+        Scope::Delivery,
+    ),
+    (
+        names::OWN_OR_NOTICE_PUSHED,
+        Fault::NoticeAsText,
+        Scope::Delivery,
+    ),
     (names::CROSS_IDENTITY, Fault::MisrouteToA, Scope::Delivery),
-    (names::SETTINGS_UNCHANGED, Fault::WidenOnAck, Scope::Delivery),
+    (
+        names::SETTINGS_UNCHANGED,
+        Fault::WidenOnAck,
+        Scope::Delivery,
+    ),
     (names::CAP, Fault::CapThree, Scope::Prompts),
-    (names::WITHDRAWN_COUNTED, Fault::LoseRedactions, Scope::Prompts),
+    (
+        names::WITHDRAWN_COUNTED,
+        Fault::LoseRedactions,
+        Scope::Prompts,
+    ),
     (names::DENY_LOST, Fault::LoseDenyReactions, Scope::Prompts),
     (names::EARLY_VERDICT, Fault::ShortSettle, Scope::Prompts),
     (names::EXPIRED_ANSWERED, Fault::LongTtl, Scope::Prompts),
@@ -109,7 +159,11 @@ const FAULTS: [(&str, Fault, Scope); 21] = [
     (names::LOST, Fault::LosePushes, Scope::Delivery),
     (names::FOREIGN_EDIT, Fault::ForgeEditSender, Scope::Delivery),
     (names::REPLAY_ORDER, Fault::ReverseReplay, Scope::Delivery),
-    (names::WRONG_RETIREMENT, Fault::MisreportFailedVerdicts, Scope::Prompts),
+    (
+        names::WRONG_RETIREMENT,
+        Fault::MisreportFailedVerdicts,
+        Scope::Prompts,
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {

@@ -21,15 +21,15 @@
 
 #![allow(dead_code)] // Each test crate that includes the world uses part of it.
 
-use mc_model::{Gate, IdentityConfig};
 use mc_model::{
     Behavior, Channel, DropReason, Effect, EffectId, EventId, IdentityId, Input, Message,
     MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
     Phase, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId, UserId,
     VerdictSource,
 };
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use mc_model::{Gate, IdentityConfig};
 use stateright::{Model, Property};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Prompt time to live in the world, ms.
 pub const TTL: Millis = 10_000;
@@ -108,17 +108,33 @@ pub enum Action {
         text: Text,
     },
     /// Ann answers `yes <id>` as a Matrix reply to the prompt with this index.
-    ReplyYes { prompt: usize },
+    ReplyYes {
+        prompt: usize,
+    },
     /// A reaction on a prompt (by index in the world's prompts).
-    ReactPrompt { who: Who, prompt: usize, key: Key },
+    ReactPrompt {
+        who: Who,
+        prompt: usize,
+        key: Key,
+    },
     /// Ann reacts 👍️ on a message (by index), which is not a prompt.
-    ReactMessage { message: usize },
+    ReactMessage {
+        message: usize,
+    },
     /// A reaction is redacted by `who`.
-    RedactReaction { reaction: usize, who: Who },
+    RedactReaction {
+        reaction: usize,
+        who: Who,
+    },
     /// Ann redacts a message (by index).
-    RedactMessage { message: usize },
+    RedactMessage {
+        message: usize,
+    },
     /// `who` edits a message (by index).
-    Edit { who: Who, message: usize },
+    Edit {
+        who: Who,
+        message: usize,
+    },
     /// The agent acknowledges a message through a session.
     Ack(Sess, usize),
     /// An event that leaves no trace in the world's record: a stranger's, the
@@ -126,9 +142,14 @@ pub enum Action {
     /// repeat is a duplicate.
     Noise(Noise),
     /// Carl redacts one of Ann's reactions (by index).
-    CarlRedacts { reaction: usize },
+    CarlRedacts {
+        reaction: usize,
+    },
     /// A held verdict send completes.
-    CompleteVerdict { send: EffectId, ok: bool },
+    CompleteVerdict {
+        send: EffectId,
+        ok: bool,
+    },
     /// The next push fails.
     ArmPushFailure,
     /// Time passes to the next deadline.
@@ -463,7 +484,6 @@ mod seen {
     pub const EVICTED: u32 = 1 << 17;
 }
 
-
 impl World {
     /// The pinned world of `scope`, no fault.
     pub fn new(scope: Scope) -> Self {
@@ -551,7 +571,14 @@ impl State {
         EventId(format!("$e{:02}", self.next_event))
     }
 
-    fn message_input(&self, ident: Ident, who: Who, room: RoomId, event_id: EventId, content: MessageContent) -> Input {
+    fn message_input(
+        &self,
+        ident: Ident,
+        who: Who,
+        room: RoomId,
+        event_id: EventId,
+        content: MessageContent,
+    ) -> Input {
         Input::Message {
             identity: ident.id(),
             message: Message {
@@ -635,12 +662,23 @@ impl Model for World {
         if self.scope == Scope::Prompts {
             for action in [
                 Action::Attach(Sess::S1),
-                Action::Say { ident: Ident::A, who: Who::Ann, room: 0, text: Text::Chat },
+                Action::Say {
+                    ident: Ident::A,
+                    who: Who::Ann,
+                    room: 0,
+                    text: Text::Chat,
+                },
             ] {
                 // The prelude's actions are always enabled in the first states.
                 state = self.next_state(&state, action).expect("prelude");
             }
-            state.used = Bounds { events: 0, messages: 0, toggles: 0, steps: 0, ..state.used };
+            state.used = Bounds {
+                events: 0,
+                messages: 0,
+                toggles: 0,
+                steps: 0,
+                ..state.used
+            };
         }
         vec![state]
     }
@@ -662,7 +700,12 @@ impl Model for World {
             }
         }
         if room_for_events && u.requests < b.requests {
-            for (sess, rid) in [(Sess::S1, Rid::R1), (Sess::S1, Rid::R2), (Sess::S2, Rid::R1), (Sess::S3, Rid::R1)] {
+            for (sess, rid) in [
+                (Sess::S1, Rid::R1),
+                (Sess::S1, Rid::R2),
+                (Sess::S2, Rid::R1),
+                (Sess::S3, Rid::R1),
+            ] {
                 if s.live(sess) {
                     actions.push(Action::Request(sess, rid));
                 }
@@ -684,14 +727,25 @@ impl Model for World {
                 ],
             };
             for &(ident, who, room, text) in says {
-                actions.push(Action::Say { ident, who, room, text });
+                actions.push(Action::Say {
+                    ident,
+                    who,
+                    room,
+                    text,
+                });
             }
             for prompt in 0..s.prompts.len() {
                 actions.push(Action::ReplyYes { prompt });
             }
         }
         if u.noise < b.noise {
-            for noise in [Noise::EveChat, Noise::EveYes, Noise::BotChat, Noise::CarlNotice, Noise::CarlYes] {
+            for noise in [
+                Noise::EveChat,
+                Noise::EveYes,
+                Noise::BotChat,
+                Noise::CarlNotice,
+                Noise::CarlYes,
+            ] {
                 actions.push(Action::Noise(noise));
             }
             for (prompt, p) in s.prompts.iter().enumerate() {
@@ -704,19 +758,35 @@ impl Model for World {
         if room_for_events && u.reactions < b.reactions {
             for prompt in 0..s.prompts.len() {
                 for key in [Key::Up, Key::Down] {
-                    actions.push(Action::ReactPrompt { who: Who::Ann, prompt, key });
+                    actions.push(Action::ReactPrompt {
+                        who: Who::Ann,
+                        prompt,
+                        key,
+                    });
                 }
             }
-            if let Some(message) = s.messages.iter().position(|m| m.text == Text::Chat && m.edit_of.is_none()) {
+            if let Some(message) = s
+                .messages
+                .iter()
+                .position(|m| m.text == Text::Chat && m.edit_of.is_none())
+            {
                 actions.push(Action::ReactMessage { message });
             }
         }
         if room_for_events && u.redactions < b.redactions {
             for (reaction, r) in s.reactions.iter().enumerate().filter(|(_, r)| !r.redacted) {
-                actions.push(Action::RedactReaction { reaction, who: r.who });
+                actions.push(Action::RedactReaction {
+                    reaction,
+                    who: r.who,
+                });
                 actions.push(Action::CarlRedacts { reaction });
             }
-            for (message, _) in s.messages.iter().enumerate().filter(|(_, m)| !m.redacted && m.text == Text::Chat) {
+            for (message, _) in s
+                .messages
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| !m.redacted && m.text == Text::Chat)
+            {
                 actions.push(Action::RedactMessage { message });
             }
         }
@@ -766,12 +836,24 @@ impl Model for World {
             Action::Attach(sess) => {
                 s.used.toggles += 1;
                 s.attached.insert(sess);
-                inputs.push_back((Some(sess.ident()), Input::Attach { identity: sess.ident().id(), session: sess.id() }));
+                inputs.push_back((
+                    Some(sess.ident()),
+                    Input::Attach {
+                        identity: sess.ident().id(),
+                        session: sess.id(),
+                    },
+                ));
             }
             Action::Detach(sess) => {
                 s.used.toggles += 1;
                 s.attached.remove(&sess);
-                inputs.push_back((Some(sess.ident()), Input::Detach { identity: sess.ident().id(), session: sess.id() }));
+                inputs.push_back((
+                    Some(sess.ident()),
+                    Input::Detach {
+                        identity: sess.ident().id(),
+                        session: sess.id(),
+                    },
+                ));
             }
             Action::Request(sess, rid) => {
                 s.used.requests += 1;
@@ -784,16 +866,35 @@ impl Model for World {
                 };
                 inputs.push_back((
                     Some(sess.ident()),
-                    Input::PermissionRequest { identity: sess.ident().id(), session: sess.id(), request },
+                    Input::PermissionRequest {
+                        identity: sess.ident().id(),
+                        session: sess.id(),
+                        request,
+                    },
                 ));
             }
-            Action::Say { ident, who, room, text } => {
+            Action::Say {
+                ident,
+                who,
+                room,
+                text,
+            } => {
                 s.used.messages += 1;
                 s.used.events += 1;
                 let event_id = s.fresh_event();
-                s.messages.push(WMessage { ident, event_id: event_id.clone(), who, text, edit_of: None, redacted: false });
+                s.messages.push(WMessage {
+                    ident,
+                    event_id: event_id.clone(),
+                    who,
+                    text,
+                    edit_of: None,
+                    redacted: false,
+                });
                 let room = ident.room(room);
-                if ident == Ident::A && matches!(self.gate(ident, who), Gate::Allowed | Gate::Approver) && text != Text::Notice {
+                if ident == Ident::A
+                    && matches!(self.gate(ident, who), Gate::Allowed | Gate::Approver)
+                    && text != Text::Notice
+                {
                     s.last_allowed_room = Some(room.clone());
                 }
                 let msgtype = match (text, self.has(Fault::NoticeAsText)) {
@@ -804,8 +905,13 @@ impl Model for World {
                 if self.has(Fault::DisguiseVerdicts) {
                     body = body.replacen(' ', "\u{200B} ", 1);
                 }
-                let routed = if self.has(Fault::MisrouteToA) { Ident::A } else { ident };
-                let input = s.message_input(routed, who, room, event_id, plain(msgtype, body, None));
+                let routed = if self.has(Fault::MisrouteToA) {
+                    Ident::A
+                } else {
+                    ident
+                };
+                let input =
+                    s.message_input(routed, who, room, event_id, plain(msgtype, body, None));
                 inputs.push_back((Some(ident), input));
             }
             Action::ReplyYes { prompt } => {
@@ -813,11 +919,22 @@ impl Model for World {
                 s.used.events += 1;
                 let p = s.prompts[prompt].clone();
                 let event_id = s.fresh_event();
-                s.messages.push(WMessage { ident: p.ident, event_id: event_id.clone(), who: Who::Ann, text: Text::Yes(p.rid), edit_of: None, redacted: false });
+                s.messages.push(WMessage {
+                    ident: p.ident,
+                    event_id: event_id.clone(),
+                    who: Who::Ann,
+                    text: Text::Yes(p.rid),
+                    edit_of: None,
+                    redacted: false,
+                });
                 let reply = Relation::Reply {
                     in_reply_to: ReplyTo {
                         event_id: p.message.clone(),
-                        parent: Some(Parent { sender: p.ident.bot(), body: "prompt".to_owned(), has_reply_relation: false }),
+                        parent: Some(Parent {
+                            sender: p.ident.bot(),
+                            body: "prompt".to_owned(),
+                            has_reply_relation: false,
+                        }),
                     },
                 };
                 let body = format!("> <{}> prompt\n\n{}", p.ident.bot(), body(Text::Yes(p.rid)));
@@ -825,7 +942,13 @@ impl Model for World {
                 if p.ident == Ident::A {
                     s.last_allowed_room = Some(room.clone());
                 }
-                let input = s.message_input(p.ident, Who::Ann, room, event_id, plain(MsgType::Text, body, Some(reply)));
+                let input = s.message_input(
+                    p.ident,
+                    Who::Ann,
+                    room,
+                    event_id,
+                    plain(MsgType::Text, body, Some(reply)),
+                );
                 inputs.push_back((Some(p.ident), input));
             }
             Action::ReactPrompt { who, prompt, key } => {
@@ -841,7 +964,10 @@ impl Model for World {
             Action::RedactReaction { reaction, who } => {
                 s.used.redactions += 1;
                 s.used.events += 1;
-                let (target, ident) = (s.reactions[reaction].event_id.clone(), s.reactions[reaction].ident);
+                let (target, ident) = (
+                    s.reactions[reaction].event_id.clone(),
+                    s.reactions[reaction].ident,
+                );
                 if s.reactions[reaction].who == who {
                     s.reactions[reaction].redacted = true;
                 }
@@ -854,7 +980,10 @@ impl Model for World {
                 s.used.redactions += 1;
                 s.used.events += 1;
                 s.messages[message].redacted = true;
-                let (target, ident) = (s.messages[message].event_id.clone(), s.messages[message].ident);
+                let (target, ident) = (
+                    s.messages[message].event_id.clone(),
+                    s.messages[message].ident,
+                );
                 let input = redaction_input(&mut s, ident, Who::Ann, target);
                 inputs.push_back((Some(ident), input));
             }
@@ -863,17 +992,39 @@ impl Model for World {
                 s.used.events += 1;
                 let original = s.messages[message].clone();
                 let event_id = s.fresh_event();
-                s.messages.push(WMessage { ident: original.ident, event_id: event_id.clone(), who, text: Text::Chat, edit_of: Some(message), redacted: false });
+                s.messages.push(WMessage {
+                    ident: original.ident,
+                    event_id: event_id.clone(),
+                    who,
+                    text: Text::Chat,
+                    edit_of: Some(message),
+                    redacted: false,
+                });
                 let relation = Relation::Replacement {
                     original: original.event_id.clone(),
-                    new_content: Some(NewContent { msgtype: MsgType::Text, body: "hello again".to_owned() }),
+                    new_content: Some(NewContent {
+                        msgtype: MsgType::Text,
+                        body: "hello again".to_owned(),
+                    }),
                 };
-                if original.ident == Ident::A && matches!(self.gate(Ident::A, who), Gate::Allowed | Gate::Approver) {
+                if original.ident == Ident::A
+                    && matches!(self.gate(Ident::A, who), Gate::Allowed | Gate::Approver)
+                {
                     s.last_allowed_room = Some(original.ident.room(0));
                 }
-                let sender = if self.has(Fault::ForgeEditSender) { original.who } else { who };
+                let sender = if self.has(Fault::ForgeEditSender) {
+                    original.who
+                } else {
+                    who
+                };
                 let content = plain(MsgType::Text, "* hello again".to_owned(), Some(relation));
-                let input = s.message_input(original.ident, sender, original.ident.room(0), event_id, content);
+                let input = s.message_input(
+                    original.ident,
+                    sender,
+                    original.ident.room(0),
+                    event_id,
+                    content,
+                );
                 inputs.push_back((Some(original.ident), input));
             }
             Action::Ack(sess, message) => {
@@ -887,7 +1038,14 @@ impl Model for World {
                     s.channel.add_identity(Ident::A.id(), widened).ok()?;
                 }
                 if !self.has(Fault::DropAcks) {
-                    inputs.push_back((Some(sess.ident()), Input::Acknowledge { identity: sess.ident().id(), session: sess.id(), event_id }));
+                    inputs.push_back((
+                        Some(sess.ident()),
+                        Input::Acknowledge {
+                            identity: sess.ident().id(),
+                            session: sess.id(),
+                            event_id,
+                        },
+                    ));
                 }
             }
             Action::Noise(noise) => {
@@ -901,7 +1059,10 @@ impl Model for World {
             Action::CarlRedacts { reaction } => {
                 s.used.redactions += 1;
                 s.used.events += 1;
-                let (target, ident) = (s.reactions[reaction].event_id.clone(), s.reactions[reaction].ident);
+                let (target, ident) = (
+                    s.reactions[reaction].event_id.clone(),
+                    s.reactions[reaction].ident,
+                );
                 let input = redaction_input(&mut s, ident, Who::Carl, target);
                 inputs.push_back((Some(ident), input));
             }
@@ -923,19 +1084,32 @@ impl Model for World {
                         s.seen |= seen::VERDICT_S2;
                     }
                     let (session, rid) = (p.session, p.rid);
-                    if s.prompts[..prompt].iter().any(|q| q.session == session && q.rid == rid) {
+                    if s.prompts[..prompt]
+                        .iter()
+                        .any(|q| q.session == session && q.rid == rid)
+                    {
                         s.seen |= seen::REANSWERED;
                     }
                     if self.has(Fault::MisreportVerdicts) {
                         reported_ok = false;
                     }
                 }
-                let outcome = if reported_ok { Outcome::Sent } else { Outcome::Failed { reason: "stream closed".to_owned() } };
+                let outcome = if reported_ok {
+                    Outcome::Sent
+                } else {
+                    Outcome::Failed {
+                        reason: "stream closed".to_owned(),
+                    }
+                };
                 if !reported_ok {
                     let owner = s.prompts[prompt].session;
                     s.attached.remove(&owner);
                 }
-                let stale = !s.channel.identities().any(|(_, st)| st.prompts().iter().any(|p| matches!(p.phase, Phase::Delivering { send: id, .. } if id == send)));
+                let stale = !s.channel.identities().any(|(_, st)| {
+                    st.prompts().iter().any(
+                        |p| matches!(p.phase, Phase::Delivering { send: id, .. } if id == send),
+                    )
+                });
                 if stale {
                     s.seen |= seen::STALE_SEND;
                 }
@@ -971,11 +1145,27 @@ impl Model for World {
     }
 }
 
-fn react(world: &World, s: &mut State, ident: Ident, who: Who, target: EventId, key: Key, inputs: &mut VecDeque<(Option<Ident>, Input)>) {
+fn react(
+    world: &World,
+    s: &mut State,
+    ident: Ident,
+    who: Who,
+    target: EventId,
+    key: Key,
+    inputs: &mut VecDeque<(Option<Ident>, Input)>,
+) {
     s.used.reactions += 1;
     s.used.events += 1;
     let event_id = s.fresh_event();
-    s.reactions.push(WReaction { ident, event_id: event_id.clone(), who, target: target.clone(), key, created: s.now, redacted: false });
+    s.reactions.push(WReaction {
+        ident,
+        event_id: event_id.clone(),
+        who,
+        target: target.clone(),
+        key,
+        created: s.now,
+        redacted: false,
+    });
     if world.has(Fault::LoseDenyReactions) && key == Key::Down {
         return;
     }
@@ -987,14 +1177,26 @@ fn react(world: &World, s: &mut State, ident: Ident, who: Who, target: EventId, 
         relates_to: target,
         key: key.raw().to_owned(),
     };
-    inputs.push_back((Some(ident), Input::Reaction { identity: ident.id(), reaction }));
+    inputs.push_back((
+        Some(ident),
+        Input::Reaction {
+            identity: ident.id(),
+            reaction,
+        },
+    ));
 }
 
 fn redaction_input(s: &mut State, ident: Ident, who: Who, redacts: EventId) -> Input {
     let event_id = s.fresh_event();
     Input::Redaction {
         identity: ident.id(),
-        redaction: Redaction { room: ident.room(0), event_id, sender: who.user(ident), origin_server_ts: s.now, redacts },
+        redaction: Redaction {
+            room: ident.room(0),
+            event_id,
+            sender: who.user(ident),
+            origin_server_ts: s.now,
+            redacts,
+        },
     }
 }
 
@@ -1003,16 +1205,48 @@ fn redaction_input(s: &mut State, ident: Ident, who: Who, redacts: EventId) -> I
 fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
     let a = Ident::A;
     let (who, event_id, content_or_key) = match noise {
-        Noise::EveChat => (Who::Eve, "$n-eve-chat".to_owned(), Ok((MsgType::Text, body(Text::Chat)))),
-        Noise::EveYes => (Who::Eve, "$n-eve-yes".to_owned(), Ok((MsgType::Text, body(Text::Yes(Rid::R1))))),
-        Noise::BotChat => (Who::Bot, "$n-bot-chat".to_owned(), Ok((MsgType::Text, body(Text::Chat)))),
+        Noise::EveChat => (
+            Who::Eve,
+            "$n-eve-chat".to_owned(),
+            Ok((MsgType::Text, body(Text::Chat))),
+        ),
+        Noise::EveYes => (
+            Who::Eve,
+            "$n-eve-yes".to_owned(),
+            Ok((MsgType::Text, body(Text::Yes(Rid::R1)))),
+        ),
+        Noise::BotChat => (
+            Who::Bot,
+            "$n-bot-chat".to_owned(),
+            Ok((MsgType::Text, body(Text::Chat))),
+        ),
         Noise::CarlNotice => {
-            let msgtype = if world.has(Fault::NoticeAsText) { MsgType::Text } else { MsgType::Notice };
-            (Who::Carl, "$n-carl-notice".to_owned(), Ok((msgtype, body(Text::Notice))))
+            let msgtype = if world.has(Fault::NoticeAsText) {
+                MsgType::Text
+            } else {
+                MsgType::Notice
+            };
+            (
+                Who::Carl,
+                "$n-carl-notice".to_owned(),
+                Ok((msgtype, body(Text::Notice))),
+            )
         }
-        Noise::CarlYes => (Who::Carl, "$n-carl-yes".to_owned(), Ok((MsgType::Text, body(Text::Yes(Rid::R1))))),
-        Noise::CarlUp(prompt) => (Who::Carl, format!("$n-carl-up-{}", s.prompts[prompt].message), Err(prompt)),
-        Noise::EveUp(prompt) => (Who::Eve, format!("$n-eve-up-{}", s.prompts[prompt].message), Err(prompt)),
+        Noise::CarlYes => (
+            Who::Carl,
+            "$n-carl-yes".to_owned(),
+            Ok((MsgType::Text, body(Text::Yes(Rid::R1)))),
+        ),
+        Noise::CarlUp(prompt) => (
+            Who::Carl,
+            format!("$n-carl-up-{}", s.prompts[prompt].message),
+            Err(prompt),
+        ),
+        Noise::EveUp(prompt) => (
+            Who::Eve,
+            format!("$n-eve-up-{}", s.prompts[prompt].message),
+            Err(prompt),
+        ),
     };
     match content_or_key {
         Ok((msgtype, text)) => {
@@ -1036,7 +1270,13 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
 /// Compares each effect with the world's record, sets violation and witness bits,
 /// and answers the effects that expect an outcome (pushes and posts at once,
 /// verdict sends later by action).
-fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effect>, inputs: &mut VecDeque<(Option<Ident>, Input)>) {
+fn monitor(
+    world: &World,
+    s: &mut State,
+    ident: Option<Ident>,
+    effects: Vec<Effect>,
+    inputs: &mut VecDeque<(Option<Ident>, Input)>,
+) {
     let mut replayed_last: BTreeMap<Sess, EventId> = BTreeMap::new();
     let mut replayed_count = 0;
     for effect in effects {
@@ -1046,7 +1286,13 @@ fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effe
             }
         }
         match effect {
-            Effect::Push { id, identity, session, event_id, notification } => {
+            Effect::Push {
+                id,
+                identity,
+                session,
+                event_id,
+                notification,
+            } => {
                 let Some(sess) = Sess::from_id(&session) else {
                     s.bad |= bad::CROSS_IDENTITY;
                     continue;
@@ -1086,14 +1332,26 @@ fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effe
                 }
                 let outcome = if !arrived || world.has(Fault::MisreportPushes) {
                     s.attached.remove(&sess);
-                    Outcome::Failed { reason: "stream closed".to_owned() }
+                    Outcome::Failed {
+                        reason: "stream closed".to_owned(),
+                    }
                 } else {
                     Outcome::Sent
                 };
                 inputs.push_back((None, Input::Completed { id, outcome }));
             }
-            Effect::PostPrompt { id, identity, room, request_id, .. } => {
-                let ident = if identity == Ident::A.id() { Ident::A } else { Ident::B };
+            Effect::PostPrompt {
+                id,
+                identity,
+                room,
+                request_id,
+                ..
+            } => {
+                let ident = if identity == Ident::A.id() {
+                    Ident::A
+                } else {
+                    Ident::B
+                };
                 let expected = match ident {
                     Ident::A => s.last_allowed_room.clone(),
                     Ident::B => Some(Ident::B.room(0)),
@@ -1104,32 +1362,82 @@ fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effe
                 if room == Ident::A.room(1) {
                     s.seen |= seen::POSTED_TO_R2;
                 }
-                let owner = s.channel.identity(&identity).and_then(|st| st.prompts().iter().find(|p| p.phase == Phase::Posting { post: id }).map(|p| p.session.clone()));
+                let owner = s.channel.identity(&identity).and_then(|st| {
+                    st.prompts()
+                        .iter()
+                        .find(|p| p.phase == Phase::Posting { post: id })
+                        .map(|p| p.session.clone())
+                });
                 let message = s.fresh_event();
-                if let (Some(session), Some(rid)) = (owner.as_ref().and_then(Sess::from_id), [Rid::R1, Rid::R2].into_iter().find(|r| r.id() == request_id)) {
-                    s.prompts.push(WPrompt { ident, session, rid, message: message.clone(), issued: s.now, delivered: 0 });
+                if let (Some(session), Some(rid)) = (
+                    owner.as_ref().and_then(Sess::from_id),
+                    [Rid::R1, Rid::R2]
+                        .into_iter()
+                        .find(|r| r.id() == request_id),
+                ) {
+                    s.prompts.push(WPrompt {
+                        ident,
+                        session,
+                        rid,
+                        message: message.clone(),
+                        issued: s.now,
+                        delivered: 0,
+                    });
                 }
-                inputs.push_back((None, Input::Completed { id, outcome: Outcome::Posted { event_id: message } }));
+                inputs.push_back((
+                    None,
+                    Input::Completed {
+                        id,
+                        outcome: Outcome::Posted { event_id: message },
+                    },
+                ));
             }
-            Effect::SendVerdict { id, identity, session, verdict } => {
-                let owner = s.channel.identity(&identity).and_then(|st| st.prompts().iter().find(|p| matches!(p.phase, Phase::Delivering { send, .. } if send == id)).cloned());
+            Effect::SendVerdict {
+                id,
+                identity,
+                session,
+                verdict,
+            } => {
+                let owner = s.channel.identity(&identity).and_then(|st| {
+                    st.prompts()
+                        .iter()
+                        .find(|p| matches!(p.phase, Phase::Delivering { send, .. } if send == id))
+                        .cloned()
+                });
                 match owner {
-                    Some(p) if p.session == session && p.request.request_id == verdict.request_id => {
+                    Some(p)
+                        if p.session == session && p.request.request_id == verdict.request_id =>
+                    {
                         let message = p.phase.message().cloned();
-                        if let Some(index) = s.prompts.iter().position(|w| Some(&w.message) == message.as_ref()) {
+                        if let Some(index) = s
+                            .prompts
+                            .iter()
+                            .position(|w| Some(&w.message) == message.as_ref())
+                        {
                             s.held.insert(id, index);
                         }
                     }
                     _ => s.bad |= bad::VERDICT_MISROUTED,
                 }
                 if world.has(Fault::VerdictToEverySession) {
-                    let others: Vec<Sess> = s.attached.iter().copied().filter(|o| o.ident().id() == identity && o.id() != session).collect();
+                    let others: Vec<Sess> = s
+                        .attached
+                        .iter()
+                        .copied()
+                        .filter(|o| o.ident().id() == identity && o.id() != session)
+                        .collect();
                     if !others.is_empty() {
                         s.bad |= bad::VERDICT_MISROUTED;
                     }
                 }
             }
-            Effect::Decided { identity, session, request_id, decision, at } => {
+            Effect::Decided {
+                identity,
+                session,
+                request_id,
+                decision,
+                at,
+            } => {
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
             }
             Effect::EditPrompt { event_id, text, .. } => {
@@ -1137,7 +1445,11 @@ fn monitor(world: &World, s: &mut State, ident: Option<Ident>, effects: Vec<Effe
                     s.seen |= seen::EXPIRED;
                 } else if text.plain.starts_with('⌛') {
                     // Replaced or dropped at the cap: unanswered, shown as such.
-                } else if !s.prompts.iter().any(|p| p.message == event_id && p.delivered > 0) {
+                } else if !s
+                    .prompts
+                    .iter()
+                    .any(|p| p.message == event_id && p.delivered > 0)
+                {
                     s.bad |= bad::WRONG_RETIREMENT;
                 }
             }
@@ -1208,9 +1520,23 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
     }
 }
 
-fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: &SessionId, request_id: &RequestId, decision: &mc_model::Decision, at: Millis) {
-    let ident = if *identity == Ident::A.id() { Ident::A } else { Ident::B };
-    let by = [Who::Ann, Who::Carl, Who::Eve, Who::Bot].into_iter().find(|w| w.user(ident) == decision.by);
+fn check_decision(
+    world: &World,
+    s: &mut State,
+    identity: &IdentityId,
+    session: &SessionId,
+    request_id: &RequestId,
+    decision: &mc_model::Decision,
+    at: Millis,
+) {
+    let ident = if *identity == Ident::A.id() {
+        Ident::A
+    } else {
+        Ident::B
+    };
+    let by = [Who::Ann, Who::Carl, Who::Eve, Who::Bot]
+        .into_iter()
+        .find(|w| w.user(ident) == decision.by);
     match by.map(|w| world.gate(ident, w)) {
         Some(Gate::Approver) => {}
         Some(Gate::Allowed) => s.bad |= bad::NON_APPROVER_VERDICT,
@@ -1219,9 +1545,20 @@ fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: 
     let message = s
         .channel
         .identity(identity)
-        .and_then(|st| st.prompts().iter().find(|p| p.session == *session && p.request.request_id == *request_id && !p.phase.is_answerable()))
+        .and_then(|st| {
+            st.prompts().iter().find(|p| {
+                p.session == *session
+                    && p.request.request_id == *request_id
+                    && !p.phase.is_answerable()
+            })
+        })
         .and_then(|p| p.phase.message().cloned());
-    let Some(prompt) = s.prompts.iter().find(|p| Some(&p.message) == message.as_ref()).cloned() else {
+    let Some(prompt) = s
+        .prompts
+        .iter()
+        .find(|p| Some(&p.message) == message.as_ref())
+        .cloned()
+    else {
         s.bad |= bad::VERDICT_MISROUTED;
         return;
     };
@@ -1238,15 +1575,24 @@ fn check_decision(world: &World, s: &mut State, identity: &IdentityId, session: 
             let votes: Vec<&WReaction> = s
                 .reactions
                 .iter()
-                .filter(|r| r.target == prompt.message && world.gate(ident, r.who) == Gate::Approver)
+                .filter(|r| {
+                    r.target == prompt.message && world.gate(ident, r.who) == Gate::Approver
+                })
                 .collect();
             if votes.iter().any(|r| r.event_id == *event_id && r.redacted) {
                 s.bad |= bad::WITHDRAWN_COUNTED;
             }
-            if decision.behavior == Behavior::Allow && votes.iter().any(|r| r.key == Key::Down && !r.redacted) {
+            if decision.behavior == Behavior::Allow
+                && votes.iter().any(|r| r.key == Key::Down && !r.redacted)
+            {
                 s.bad |= bad::DENY_LOST;
             }
-            if votes.iter().map(|r| r.created).min().is_some_and(|first| at < first + SETTLE) {
+            if votes
+                .iter()
+                .map(|r| r.created)
+                .min()
+                .is_some_and(|first| at < first + SETTLE)
+            {
                 s.bad |= bad::EARLY_VERDICT;
             }
         }
@@ -1305,7 +1651,8 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
 /// Names of the `always` properties, for the fault tests.
 pub mod names {
     pub const STRANGER_VERDICT: &str = "a stranger never causes a verdict";
-    pub const NON_APPROVER_VERDICT: &str = "an allowed sender who is not an approver never causes a verdict";
+    pub const NON_APPROVER_VERDICT: &str =
+        "an allowed sender who is not an approver never causes a verdict";
     pub const VERDICT_MISROUTED: &str = "a verdict only goes to the session that asked";
     pub const VERDICT_TWICE: &str = "no prompt's verdict is delivered twice";
     pub const PUSH_TWICE: &str = "no session receives the same event twice";
@@ -1319,22 +1666,26 @@ pub mod names {
     pub const DENY_LOST: &str = "deny wins when approve and deny are both there";
     pub const EARLY_VERDICT: &str = "a verdict by reaction waits for the settle window";
     pub const EXPIRED_ANSWERED: &str = "an expired prompt is never answered";
-    pub const WRONG_ROOM: &str = "a prompt goes only to the permission room or where an allowed sender last wrote";
+    pub const WRONG_ROOM: &str =
+        "a prompt goes only to the permission room or where an allowed sender last wrote";
     pub const ACKED_REPLAYED: &str = "an acknowledged event is never replayed";
     pub const LOST: &str = "no allowed message is lost";
     pub const FOREIGN_EDIT: &str = "an edit is pushed only from the original's sender";
     pub const REPLAY_ORDER: &str = "replay is oldest first";
-    pub const WRONG_RETIREMENT: &str = "a prompt shows a verdict only once its verdict reached the session";
+    pub const WRONG_RETIREMENT: &str =
+        "a prompt shows a verdict only once its verdict reached the session";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
-    [Ident::A, Ident::B]
-        .into_iter()
-        .all(|ident| s.channel.identity(&ident.id()).map(|st| st.config()) == Some(&world.config(ident)))
+    [Ident::A, Ident::B].into_iter().all(|ident| {
+        s.channel.identity(&ident.id()).map(|st| st.config()) == Some(&world.config(ident))
+    })
 }
 
 fn under_cap(_: &World, s: &State) -> bool {
-    s.channel.identities().all(|(_, st)| st.prompts().len() <= CAP)
+    s.channel
+        .identities()
+        .all(|(_, st)| st.prompts().len() <= CAP)
 }
 
 /// Every chat message of an allowed sender that was not redacted or acknowledged
@@ -1348,7 +1699,11 @@ fn nothing_lost(world: &World, s: &State) -> bool {
             .channel
             .identity(&m.ident.id())
             .is_some_and(|st| st.queue().iter().any(|q| q.event_id == m.event_id));
-        !pushable || m.redacted || s.acked.contains(&m.event_id) || queued || s.pushed.iter().any(|(_, e)| *e == m.event_id)
+        !pushable
+            || m.redacted
+            || s.acked.contains(&m.event_id)
+            || queued
+            || s.pushed.iter().any(|(_, e)| *e == m.event_id)
     })
 }
 
@@ -1356,33 +1711,62 @@ fn properties() -> Vec<Property<World>> {
     use names::*;
     vec![
         never!(STRANGER_VERDICT, bad::STRANGER_VERDICT),
-        witness!("an approver's verdict reaches the session that asked", seen::VERDICT_DELIVERED),
+        witness!(
+            "an approver's verdict reaches the session that asked",
+            seen::VERDICT_DELIVERED
+        ),
         never!(NON_APPROVER_VERDICT, bad::NON_APPROVER_VERDICT),
         witness!("a verdict is taken by text", seen::TEXT_VERDICT),
         never!(VERDICT_MISROUTED, bad::VERDICT_MISROUTED),
         witness!("a verdict reaches the second session", seen::VERDICT_S2),
         never!(VERDICT_TWICE, bad::VERDICT_TWICE),
-        witness!("a request id is answered after it was issued again", seen::REANSWERED),
+        witness!(
+            "a request id is answered after it was issued again",
+            seen::REANSWERED
+        ),
         never!(PUSH_TWICE, bad::PUSH_TWICE),
         witness!("one event reaches two sessions", seen::TWO_SESSIONS),
         never!(VERDICT_PUSHED, bad::VERDICT_PUSHED),
-        witness!("an allowed sender's message is pushed", seen::ALLOWED_PUSHED),
+        witness!(
+            "an allowed sender's message is pushed",
+            seen::ALLOWED_PUSHED
+        ),
         never!(STRANGER_PUSHED, bad::STRANGER_PUSHED),
         witness!("an event of identity B reaches B's session", seen::B_PUSHED),
         never!(OWN_OR_NOTICE_PUSHED, bad::OWN_OR_NOTICE_PUSHED),
-        witness!("an own event or a notice is seen and dropped", seen::OWN_DROPPED),
+        witness!(
+            "an own event or a notice is seen and dropped",
+            seen::OWN_DROPPED
+        ),
         never!(CROSS_IDENTITY, bad::CROSS_IDENTITY),
         Property::always(SETTINGS_UNCHANGED, settings_unchanged),
-        Property::sometimes("a session acknowledges an event", |_, s: &State| !s.acked.is_empty()),
+        Property::sometimes("a session acknowledges an event", |_, s: &State| {
+            !s.acked.is_empty()
+        }),
         Property::always(CAP, under_cap),
         witness!("a prompt is evicted at the cap", seen::EVICTED),
         Property::sometimes("both identities hold prompts at once", |_, s: &State| {
-            s.channel.identities().all(|(_, st)| !st.prompts().is_empty())
+            s.channel
+                .identities()
+                .all(|(_, st)| !st.prompts().is_empty())
         }),
         never!(WITHDRAWN_COUNTED, bad::WITHDRAWN_COUNTED),
-        Property::sometimes("a withdrawn reaction leaves the prompt answerable", |_, s: &State| {
-            s.reactions.iter().any(|r| r.redacted && s.channel.identities().any(|(_, st)| st.prompts().iter().any(|p| p.phase == Phase::Pending { message: r.target.clone() })))
-        }),
+        Property::sometimes(
+            "a withdrawn reaction leaves the prompt answerable",
+            |_, s: &State| {
+                s.reactions.iter().any(|r| {
+                    r.redacted
+                        && s.channel.identities().any(|(_, st)| {
+                            st.prompts().iter().any(|p| {
+                                p.phase
+                                    == Phase::Pending {
+                                        message: r.target.clone(),
+                                    }
+                            })
+                        })
+                })
+            },
+        ),
         never!(DENY_LOST, bad::DENY_LOST),
         witness!("a deny by reaction is taken", seen::DENY_BY_REACTION),
         never!(EARLY_VERDICT, bad::EARLY_VERDICT),
@@ -1402,6 +1786,9 @@ fn properties() -> Vec<Property<World>> {
         never!(REPLAY_ORDER, bad::REPLAY_ORDER),
         witness!("two events are replayed at once", seen::REPLAYED_TWO),
         never!(WRONG_RETIREMENT, bad::WRONG_RETIREMENT),
-        witness!("a verdict send completes after its prompt was re-issued", seen::STALE_SEND),
+        witness!(
+            "a verdict send completes after its prompt was re-issued",
+            seen::STALE_SEND
+        ),
     ]
 }

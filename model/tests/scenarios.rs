@@ -1,0 +1,25 @@
+//! Scenario tests of the core, driven through [`harness::World`]: one shape each
+//! (set up, act, `drive()`, assert the effects), named as the behaviour they pin.
+//!
+//! One test binary, so a mutation run links it once per mutant.
+
+mod harness;
+
+#[path = "scenarios/config.rs"]
+mod config;
+#[path = "scenarios/delivery.rs"]
+mod delivery;
+#[path = "scenarios/gate.rs"]
+mod gate;
+#[path = "scenarios/ids.rs"]
+mod ids;
+#[path = "scenarios/isolation.rs"]
+mod isolation;
+#[path = "scenarios/prompts.rs"]
+mod prompts;
+#[path = "scenarios/push_meta.rs"]
+mod push_meta;
+#[path = "scenarios/reactions.rs"]
+mod reactions;
+#[path = "scenarios/verdicts.rs"]
+mod verdicts;
