@@ -176,7 +176,6 @@ enum InFlight {
     },
     Post {
         identity: IdentityId,
-        serial: u64,
         room: RoomId,
         request: PermissionRequest,
         /// Set when the prompt is retired while still being posted: what the posted
@@ -402,7 +401,6 @@ impl Channel {
                 }
             }
             InFlight::Post {
-                serial,
                 room,
                 request,
                 retired,
@@ -410,7 +408,7 @@ impl Channel {
             } => {
                 let shown =
                     retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
-                state.post_completed(id, serial, room, shown, outcome, &mut out)
+                state.post_completed(id, room, shown, outcome, &mut out)
             }
             InFlight::Verdict {
                 serial,
@@ -1045,7 +1043,6 @@ impl IdentityState {
             post,
             InFlight::Post {
                 identity: out.identity.clone(),
-                serial,
                 room: room.clone(),
                 request: request.clone(),
                 retired: None,
@@ -1098,10 +1095,11 @@ impl IdentityState {
         out.drop(prompt.phase.message(), reason);
     }
 
+    /// A prompt post ended. The post's effect id names the prompt (ids are never
+    /// reused), so a re-issued prompt is never mistaken for the one posted.
     fn post_completed(
         &mut self,
         id: EffectId,
-        serial: u64,
         room: RoomId,
         shown: PromptText,
         outcome: Outcome,
@@ -1110,7 +1108,7 @@ impl IdentityState {
         let current = self
             .prompts
             .iter()
-            .position(|p| p.serial == serial && p.phase == Phase::Posting { post: id });
+            .position(|p| p.phase == Phase::Posting { post: id });
         match (current, outcome) {
             (Some(index), Outcome::Posted { event_id }) => {
                 self.prompts[index].phase = Phase::Pending { message: event_id };

@@ -603,3 +603,42 @@ fn a_withdrawn_deny_reaction_no_longer_overrules_a_typed_allow() {
     assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Allow)]);
     assert!(w.notices().is_empty());
 }
+
+#[test]
+fn a_typed_allow_held_back_by_a_deny_decides_when_the_deny_is_withdrawn() {
+    let mut w = World::new();
+    let prompt = w.pending_prompt("abcde");
+    let down = w.react(ALICE, &prompt, THUMBS_DOWN);
+    let yes = w.say(ALICE, R1, "yes abcde");
+    w.redact(ALICE, &down);
+    w.mark();
+
+    w.advance(SETTLE);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("decided s1 abcde allow by {ALICE} via text {yes}"),
+            "verdict s1 abcde allow".to_owned(),
+            format!("edit {prompt} {:?}", allowed_by_reply("abcde")),
+        ]
+    );
+    assert_eq!(w.times(), [at(SETTLE); 3]);
+}
+
+#[test]
+fn a_typed_deny_while_a_deny_reaction_settles_decides_at_once() {
+    let mut w = World::new();
+    let prompt = w.pending_prompt("abcde");
+    w.react(ALICE, &prompt, THUMBS_DOWN);
+    w.mark();
+
+    let no = w.say(ALICE, R1, "no abcde");
+    w.drive();
+
+    assert_eq!(
+        w.trace()[0],
+        format!("decided s1 abcde deny by {ALICE} via text {no}")
+    );
+}
