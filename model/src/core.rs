@@ -1295,9 +1295,12 @@ impl IdentityState {
         shown: (RoomId, EventId, PromptText),
         out: &mut Out<'_>,
     ) {
-        let current = self.prompts.iter().position(|p| {
-            p.serial == serial && matches!(p.phase, Phase::Delivering { send, .. } if send == id)
-        });
+        // The send's effect id names the delivery (ids are never reused), so a
+        // prompt re-issued under the same request id is never mistaken for it.
+        let current = self
+            .prompts
+            .iter()
+            .position(|p| matches!(p.phase, Phase::Delivering { send, .. } if send == id));
         let Some(index) = current else {
             // The prompt was evicted or replaced while its verdict was in flight.
             // If the verdict arrived, the message still shows what was decided.
