@@ -272,6 +272,13 @@ impl Channel {
         self.in_flight.len()
     }
 
+    /// The ids of the effects waiting for an outcome, in issue order. A server that
+    /// restarts reports each as [`crate::Outcome::Failed`]: the process that would
+    /// have completed it is gone.
+    pub fn in_flight_ids(&self) -> Vec<EffectId> {
+        self.in_flight.keys().copied().collect()
+    }
+
     /// The earliest instant at which a timer fires (a settle window ends or a prompt
     /// expires), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
     /// then (or earlier).

@@ -1,7 +1,7 @@
 //! Identities are isolated, the config is the operator's, and time only moves on.
 
 use crate::harness::*;
-use mc_model::{Behavior, Channel, Effect, Input, SessionState};
+use mc_model::{Behavior, Channel, Effect, EffectId, Input, SessionState};
 
 #[test]
 fn each_identitys_events_reach_only_its_own_sessions() {
@@ -384,9 +384,14 @@ fn effect_ids_increase_and_in_flight_counts_what_awaits_an_outcome() {
     let ids: Vec<u64> = w.held().iter().map(|h| h.id.0).collect();
     assert_eq!(ids, [0, 1, 2]);
     assert_eq!(w.channel.in_flight(), 3);
+    assert_eq!(
+        w.channel.in_flight_ids(),
+        [EffectId(0), EffectId(1), EffectId(2)]
+    );
 
     w.release_all();
     assert_eq!(w.channel.in_flight(), 0);
+    assert!(w.channel.in_flight_ids().is_empty());
 }
 
 #[test]
