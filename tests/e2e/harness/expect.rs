@@ -1,0 +1,164 @@
+//! Expected notification params, written out from what the test knows (event ids from
+//! the human's sends, `origin_server_ts` read back from the homeserver) and the model's
+//! rendering rules (`model/src/render.rs`, `model/src/meta.rs`,
+//! `model/src/prompt_text.rs`), and assertions that print both sides on a mismatch.
+
+use super::mcp::Notification;
+use serde_json::{json, Map, Value};
+
+pub const CHANNEL: &str = "notifications/claude/channel";
+pub const PERMISSION: &str = "notifications/claude/channel/permission";
+pub const PERMISSION_REQUEST: &str = "notifications/claude/channel/permission_request";
+
+/// The event a push is about, and who sent it: the base meta of every push.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    pub room: String,
+    pub event_id: String,
+    pub sender: String,
+    /// The `user` meta: the sender's display name for messages and edits, the MXID for
+    /// reactions and retractions (they carry no display name).
+    pub user: String,
+    pub ts: u64,
+}
+
+/// `{content, meta}` of a `notifications/claude/channel` push: the base meta
+/// (`kind`, `room_id`, `event_id`, `sender`, `user`, `ts`) plus `extra`.
+pub fn push(kind: &str, content: &str, origin: &Origin, extra: Value) -> Value {
+    let mut meta = Map::new();
+    meta.insert("kind".into(), json!(kind));
+    meta.insert("room_id".into(), json!(origin.room));
+    meta.insert("event_id".into(), json!(origin.event_id));
+    meta.insert("sender".into(), json!(origin.sender));
+    meta.insert("user".into(), json!(origin.user));
+    meta.insert("ts".into(), json!(origin.ts.to_string()));
+    if let Value::Object(extra) = extra {
+        meta.extend(extra);
+    }
+    json!({ "content": content, "meta": meta })
+}
+
+/// An `m.text` chat message.
+pub fn message(content: &str, origin: &Origin) -> Value {
+    push("message", content, origin, json!({ "msgtype": "m.text" }))
+}
+
+/// `params` as replayed to a session that attached after the event arrived.
+pub fn replayed(mut params: Value) -> Value {
+    params["meta"]["replayed"] = json!("true");
+    params
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// Asserts a `notifications/claude/channel` push with exactly `expected` as params.
+#[track_caller]
+pub fn assert_push(actual: &Notification, expected: &Value) {
+    assert_eq!(
+        actual.method, CHANNEL,
+        "expected a push, got {} {}",
+        actual.method, actual.params
+    );
+    assert!(
+        actual.params == *expected,
+        "push params differ\n--- expected\n{}\n--- actual\n{}",
+        pretty(expected),
+        pretty(&actual.params)
+    );
+}
+
+/// Asserts a verdict `{request_id, behavior}` and nothing else.
+#[track_caller]
+pub fn assert_verdict(actual: &Notification, request_id: &str, behavior: &str) {
+    assert_eq!(
+        (actual.method.as_str(), &actual.params),
+        (
+            PERMISSION,
+            &json!({ "request_id": request_id, "behavior": behavior })
+        ),
+        "expected the verdict {behavior} for {request_id}"
+    );
+}
+
+/// `permission_request` params as Claude Code sends them (four strings).
+pub fn permission_request(id: &str, tool: &str, description: &str, preview: &str) -> Value {
+    json!({
+        "request_id": id,
+        "tool_name": tool,
+        "description": description,
+        "input_preview": preview,
+    })
+}
+
+/// The default reaction keys in the order the prompt lists them (sorted sets:
+/// U+2705 before U+1F44D, U+274C before U+1F44E).
+const APPROVE_KEYS: &str = "\u{2705} \u{1F44D}";
+const DENY_KEYS: &str = "\u{274C} \u{1F44E}";
+
+fn instruction(id: &str) -> String {
+    format!("Reply \"yes {id}\" to allow or \"no {id}\" to deny, or react {APPROVE_KEYS} / {DENY_KEYS}.")
+}
+
+/// `&`, `<`, `>` escaped, as `html_escape::encode_text` does.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Escaped, and `\n` as `<br>`.
+fn html(text: &str) -> String {
+    escape(text).replace('\n', "<br>")
+}
+
+/// The prompt's `body` (`model/src/prompt_text.rs`, `render_prompt`), for fields short
+/// enough not to be clipped and free of format characters.
+pub fn prompt_plain(id: &str, tool: &str, description: &str, preview: &str) -> String {
+    format!(
+        "\u{1F510} Permission request {id}: Claude Code wants to run {tool}\n{description}\nInput: {preview}\n\n{}",
+        instruction(id)
+    )
+}
+
+/// The prompt's `formatted_body`.
+pub fn prompt_html(id: &str, tool: &str, description: &str, preview: &str) -> String {
+    format!(
+        "<p>\u{1F510} Permission request <code>{id}</code>: Claude Code wants to run <b>{}</b></p>\
+         <p>{}</p><pre><code>{}</code></pre><p>{}</p>",
+        html(tool),
+        html(description),
+        escape(preview),
+        html(&instruction(id))
+    )
+}
+
+/// How a prompt was answered, as its outcome edit says it.
+pub enum Answer<'a> {
+    AllowedByReply { by: &'a str },
+    DeniedByReply { by: &'a str },
+    AllowedWith { by: &'a str, key: &'a str },
+}
+
+fn outcome_head(answer: &Answer<'_>) -> String {
+    match answer {
+        Answer::AllowedByReply { by } => format!("\u{2705} Allowed by {by} by reply"),
+        Answer::DeniedByReply { by } => format!("\u{274C} Denied by {by} by reply"),
+        Answer::AllowedWith { by, key } => format!("\u{2705} Allowed by {by} with {key}"),
+    }
+}
+
+/// The outcome edit's new `body` (`render_outcome`).
+pub fn outcome_plain(id: &str, tool: &str, answer: &Answer<'_>) -> String {
+    format!("{}: permission request {id} ({tool})", outcome_head(answer))
+}
+
+/// The outcome edit's new `formatted_body`.
+pub fn outcome_html(id: &str, tool: &str, answer: &Answer<'_>) -> String {
+    format!(
+        "<p>{}: permission request <code>{id}</code> (<b>{}</b>)</p>",
+        html(&outcome_head(answer)),
+        html(tool)
+    )
+}

@@ -1,0 +1,411 @@
+//! The MCP client: `node tests/client/mcp-client.mjs` (the official TypeScript SDK,
+//! Streamable HTTP transport), driven by JSON lines. See that file for the commands.
+//!
+//! Every notification the client receives is kept in arrival order: a test takes them
+//! one by one (`next_notification`), or proves that none came (`expect_no_notification`).
+
+use super::{repo_root, tail, WAIT};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::fmt;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, oneshot, watch, OnceCell};
+
+/// A server-to-client notification.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notification {
+    pub method: String,
+    pub params: Value,
+}
+
+/// A failed command: the SDK's error message and code (an HTTP status, a JSON-RPC
+/// error code, or a connection error code such as `"ECONNREFUSED"`).
+#[derive(Clone, Debug)]
+pub struct ClientError {
+    pub message: String,
+    pub code: Value,
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code)
+    }
+}
+
+/// What `connect` answered.
+#[derive(Clone, Debug)]
+pub struct Connected {
+    pub session_id: String,
+    pub protocol_version: Option<String>,
+    pub server_capabilities: Value,
+    pub instructions: Option<String>,
+}
+
+/// `npm ci` in tests/client once per process, when node_modules is missing.
+async fn ensure_node_modules() {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let dir = repo_root().join("tests/client");
+        if dir
+            .join("node_modules/@modelcontextprotocol/sdk/package.json")
+            .exists()
+        {
+            return;
+        }
+        let out = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .output()
+            .await
+            .expect("run npm ci in tests/client (is Node.js installed?)");
+        assert!(
+            out.status.success(),
+            "npm ci in tests/client failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    })
+    .await;
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
+
+/// One node process holding (at most) one MCP client connection.
+pub struct McpClient {
+    name: String,
+    _child: Child,
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    next_id: AtomicU64,
+    pending: Pending,
+    notifications: tokio::sync::Mutex<mpsc::UnboundedReceiver<Notification>>,
+    history: Arc<Mutex<Vec<Notification>>>,
+    events: Arc<Mutex<Vec<Value>>>,
+    events_seen: watch::Receiver<usize>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl McpClient {
+    /// Starts a client process; `name` labels its output when a test fails.
+    pub async fn spawn(name: &str) -> McpClient {
+        ensure_node_modules().await;
+        let script = repo_root().join("tests/client/mcp-client.mjs");
+        let node = std::env::var("MC_E2E_NODE").unwrap_or_else(|_| "node".to_owned());
+        let mut child = Command::new(node)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn node tests/client/mcp-client.mjs");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+
+        let pending: Pending = Arc::default();
+        let history: Arc<Mutex<Vec<Notification>>> = Arc::default();
+        let events: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let (events_tx, events_seen) = watch::channel(0usize);
+        let (note_tx, note_rx) = mpsc::unbounded_channel();
+        {
+            let (pending, history, events) = (pending.clone(), history.clone(), events.clone());
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                        events
+                            .lock()
+                            .unwrap()
+                            .push(json!({ "event": "garbage", "line": line }));
+                        continue;
+                    };
+                    if msg.get("ok").is_some() {
+                        let id = msg["id"].as_u64();
+                        let waiter = id.and_then(|id| pending.lock().unwrap().remove(&id));
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(msg);
+                        }
+                        continue;
+                    }
+                    if msg["event"] == "notification" {
+                        let n = Notification {
+                            method: msg["method"].as_str().unwrap_or_default().to_owned(),
+                            params: msg["params"].clone(),
+                        };
+                        history.lock().unwrap().push(n.clone());
+                        let _ = note_tx.send(n);
+                    }
+                    let count = {
+                        let mut events = events.lock().unwrap();
+                        events.push(msg);
+                        events.len()
+                    };
+                    let _ = events_tx.send(count);
+                }
+            });
+        }
+        let stderr_text: Arc<Mutex<String>> = Arc::default();
+        {
+            let stderr_text = stderr_text.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut text = stderr_text.lock().unwrap();
+                    text.push_str(&line);
+                    text.push('\n');
+                }
+            });
+        }
+        McpClient {
+            name: name.to_owned(),
+            _child: child,
+            stdin: tokio::sync::Mutex::new(stdin),
+            next_id: AtomicU64::new(1),
+            pending,
+            notifications: tokio::sync::Mutex::new(note_rx),
+            history,
+            events,
+            events_seen,
+            stderr: stderr_text,
+        }
+    }
+
+    /// Sends one command and waits for its reply.
+    pub async fn command(&self, mut cmd: Value) -> Result<Value, ClientError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        cmd["id"] = json!(id);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap().insert(id, tx);
+        {
+            let mut stdin = self.stdin.lock().await;
+            stdin
+                .write_all(format!("{cmd}\n").as_bytes())
+                .await
+                .expect("write to the MCP client");
+            stdin.flush().await.expect("flush the MCP client's stdin");
+        }
+        let reply = match tokio::time::timeout(Duration::from_secs(60), rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => panic!("[{}] the MCP client exited during {cmd}", self.name),
+            Err(_) => panic!("[{}] no reply to {cmd} within 60 s", self.name),
+        };
+        if reply["ok"] == true {
+            Ok(reply)
+        } else {
+            Err(ClientError {
+                message: reply["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                code: reply["error"]["code"].clone(),
+            })
+        }
+    }
+
+    /// Opens a new session (initialize) without waiting for its event stream.
+    pub async fn connect_raw(
+        &self,
+        url: &str,
+        token: Option<&str>,
+    ) -> Result<Connected, ClientError> {
+        let reply = self
+            .command(json!({ "cmd": "connect", "url": url, "token": token }))
+            .await?;
+        Ok(connected(&reply))
+    }
+
+    /// Opens a new session and waits until its event stream (the GET) is open, so that
+    /// the server has attached it before the test acts.
+    pub async fn connect(&self, url: &str, token: &str) -> Connected {
+        let before = self.events_len();
+        let connected = self
+            .connect_raw(url, Some(token))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] connect {url}: {e}", self.name));
+        self.wait_stream_open(before).await;
+        connected
+    }
+
+    /// Resumes the session `session_id` without initialize (as Claude Code does after
+    /// a drop): the SDK transport's `sessionId` option, then a GET event stream,
+    /// with `Last-Event-ID` when `last_event_id` is given. Waits until the stream is open.
+    pub async fn resume(
+        &self,
+        url: &str,
+        token: &str,
+        session_id: &str,
+        protocol_version: Option<&str>,
+        last_event_id: Option<&str>,
+    ) -> Result<(), ClientError> {
+        let before = self.events_len();
+        self.command(json!({
+            "cmd": "connect",
+            "url": url,
+            "token": token,
+            "sessionId": session_id,
+            "protocolVersion": protocol_version,
+            "lastEventId": last_event_id,
+        }))
+        .await?;
+        self.wait_stream_open(before).await;
+        Ok(())
+    }
+
+    fn events_len(&self) -> usize {
+        self.events.lock().unwrap().len()
+    }
+
+    /// Waits for a `GET` answered 200 among the events after index `from`, then lets
+    /// the server take the attach in (it has no observable signal of its own).
+    async fn wait_stream_open(&self, from: usize) {
+        let mut seen = self.events_seen.clone();
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                let open = self.events.lock().unwrap()[from..]
+                    .iter()
+                    .any(|e| e["event"] == "http" && e["method"] == "GET" && e["status"] == 200);
+                if open {
+                    return;
+                }
+                if seen.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(
+            found.is_ok(),
+            "[{}] the event stream did not open within {WAIT:?}; events: {:?}",
+            self.name,
+            self.events.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    /// `tools/call`: the raw `CallToolResult`, or the error (for instance JSON-RPC
+    /// -32602 for invalid arguments).
+    pub async fn call(&self, tool: &str, args: Value) -> Result<Value, ClientError> {
+        let reply = self
+            .command(json!({ "cmd": "call", "tool": tool, "args": args }))
+            .await?;
+        Ok(reply["result"].clone())
+    }
+
+    /// `tools/call` that must succeed: its `structuredContent`.
+    pub async fn call_ok(&self, tool: &str, args: Value) -> Value {
+        let result = self
+            .call(tool, args.clone())
+            .await
+            .unwrap_or_else(|e| panic!("[{}] {tool} {args}: {e}", self.name));
+        assert_ne!(
+            result["isError"], true,
+            "[{}] {tool} {args} returned an error result: {result}",
+            self.name
+        );
+        result["structuredContent"].clone()
+    }
+
+    /// `tools/list`.
+    pub async fn list_tools(&self) -> Vec<Value> {
+        let reply = self
+            .command(json!({ "cmd": "list_tools" }))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] tools/list: {e}", self.name));
+        reply["tools"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Sends a client notification.
+    pub async fn notify(&self, method: &str, params: Value) {
+        self.command(json!({ "cmd": "notify", "method": method, "params": params }))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] notify {method}: {e}", self.name));
+    }
+
+    /// `transport.close()`: the event stream closes; the session stays on the server.
+    pub async fn close(&self) {
+        self.command(json!({ "cmd": "close" }))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] close: {e}", self.name));
+    }
+
+    /// DELETE the session.
+    pub async fn terminate(&self) -> Result<(), ClientError> {
+        self.command(json!({ "cmd": "terminate" }))
+            .await
+            .map(|_| ())
+    }
+
+    /// The next notification, in arrival order; panics after `timeout`.
+    pub async fn next_notification(&self, timeout: Duration) -> Notification {
+        let mut rx = self.notifications.lock().await;
+        match tokio::time::timeout(timeout, rx.recv()).await {
+            Ok(Some(n)) => n,
+            Ok(None) => panic!("[{}] the MCP client exited", self.name),
+            Err(_) => panic!(
+                "[{}] no notification within {timeout:?}; recent client events:\n{}",
+                self.name,
+                self.recent_events(15)
+            ),
+        }
+    }
+
+    /// Panics if a notification arrives within `duration`.
+    pub async fn expect_no_notification(&self, duration: Duration) {
+        let mut rx = self.notifications.lock().await;
+        if let Ok(Some(n)) = tokio::time::timeout(duration, rx.recv()).await {
+            panic!(
+                "[{}] expected no notification for {duration:?}, got {} {}",
+                self.name, n.method, n.params
+            );
+        }
+    }
+
+    /// Every notification with `method` received so far (taken or not).
+    pub fn notifications_matching(&self, method: &str) -> Vec<Notification> {
+        self.history
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| n.method == method)
+            .cloned()
+            .collect()
+    }
+
+    /// Every event the client reported so far (`http`, `error`, `closed`, …).
+    pub fn events(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+
+    fn recent_events(&self, n: usize) -> String {
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let lines: Vec<String> = events.iter().map(Value::to_string).collect();
+        tail(&lines.join("\n"), n)
+    }
+}
+
+fn connected(reply: &Value) -> Connected {
+    Connected {
+        session_id: reply["sessionId"].as_str().unwrap_or_default().to_owned(),
+        protocol_version: reply["protocolVersion"].as_str().map(str::to_owned),
+        server_capabilities: reply["serverCapabilities"].clone(),
+        instructions: reply["instructions"].as_str().map(str::to_owned),
+    }
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- MCP client [{}]: events (last 40) ----\n{}\n---- stderr (last 40 lines) ----\n{}\n----",
+                self.name,
+                self.recent_events(40),
+                tail(&self.stderr.lock().unwrap_or_else(|e| e.into_inner()), 40)
+            );
+        }
+    }
+}

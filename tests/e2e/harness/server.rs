@@ -1,0 +1,366 @@
+//! The server under test: the real `matrix-channel` binary with a config file in a
+//! temporary directory. `login` and `token create` run first, as an operator would;
+//! then `serve`, until it prints `matrix-channel: listening on http://ADDR`.
+//!
+//! The server's stderr (its log) goes to `serve.log` in the directory; when a test
+//! fails, the tail is printed. `MC_E2E_KEEP=1` keeps the directory.
+
+use super::homeserver::{homeserver, Account};
+use super::tail;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+/// The line `serve` prints on stdout when it is ready.
+pub const LISTENING: &str = "matrix-channel: listening on http://";
+
+/// How long `serve` may take to log in, sync once and listen (a debug build).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One `[identities.NAME]` table.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub name: String,
+    pub account: Account,
+    pub allowed_senders: Vec<String>,
+    pub approvers: Option<Vec<String>>,
+    pub permission_room: Option<String>,
+    pub prompt_ttl_secs: Option<u64>,
+    pub settle_ms: Option<u64>,
+    pub replay_budget: Option<u64>,
+}
+
+impl Identity {
+    /// An identity acting as `account`, allowing `allowed_senders`, with defaults
+    /// for everything else.
+    pub fn new(name: &str, account: &Account, allowed_senders: &[&str]) -> Identity {
+        Identity {
+            name: name.to_owned(),
+            account: account.clone(),
+            allowed_senders: allowed_senders.iter().map(|s| (*s).to_owned()).collect(),
+            approvers: None,
+            permission_room: None,
+            prompt_ttl_secs: None,
+            settle_ms: None,
+            replay_budget: None,
+        }
+    }
+}
+
+/// The whole config file.
+#[derive(Clone, Debug, Default)]
+pub struct ServerConfig {
+    pub identities: Vec<Identity>,
+    /// `session_idle_secs`: `None` leaves the server's default.
+    pub session_idle_secs: Option<u64>,
+}
+
+/// A TOML basic string (a JSON string literal is one, escapes included).
+fn toml_str(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+fn toml_list(items: &[String]) -> String {
+    let items: Vec<String> = items.iter().map(|s| toml_str(s)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+impl ServerConfig {
+    /// The config file's text, listening on `listen`.
+    fn render(&self, hs_url: &str, listen: &str) -> String {
+        let mut out = String::from("# Written by the e2e harness (tests/e2e/harness/server.rs).\n");
+        out.push_str(&format!("listen = {}\n", toml_str(listen)));
+        out.push_str("store_dir = \"store\"\n");
+        if let Some(secs) = self.session_idle_secs {
+            out.push_str(&format!("session_idle_secs = {secs}\n"));
+        }
+        for id in &self.identities {
+            out.push_str(&format!("\n[identities.{}]\n", id.name));
+            out.push_str(&format!("homeserver = {}\n", toml_str(hs_url)));
+            out.push_str(&format!("user_id = {}\n", toml_str(&id.account.user_id)));
+            out.push_str(&format!(
+                "allowed_senders = {}\n",
+                toml_list(&id.allowed_senders)
+            ));
+            if let Some(approvers) = &id.approvers {
+                out.push_str(&format!("approvers = {}\n", toml_list(approvers)));
+            }
+            if let Some(room) = &id.permission_room {
+                out.push_str(&format!("permission_room = {}\n", toml_str(room)));
+            }
+            if let Some(v) = id.prompt_ttl_secs {
+                out.push_str(&format!("prompt_ttl_secs = {v}\n"));
+            }
+            if let Some(v) = id.settle_ms {
+                out.push_str(&format!("settle_ms = {v}\n"));
+            }
+            if let Some(v) = id.replay_budget {
+                out.push_str(&format!("replay_budget = {v}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// A running (or killed) `matrix-channel serve`.
+pub struct Server {
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+    config: ServerConfig,
+    hs_url: String,
+    child: Option<Child>,
+    addr: Option<SocketAddr>,
+    tokens: BTreeMap<String, String>,
+}
+
+/// The binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_matrix-channel")
+}
+
+impl Server {
+    /// Writes the config, logs every identity in, creates one token per identity, and
+    /// starts `serve` on a free loopback port.
+    pub async fn start(config: ServerConfig) -> Server {
+        let hs_url = homeserver().await.url.clone();
+        let dir = tempfile::Builder::new()
+            .prefix("mc-e2e-")
+            .tempdir()
+            .expect("a temp dir");
+        let path = dir.path().to_owned();
+        let mut server = Server {
+            dir: Some(dir),
+            path,
+            config,
+            hs_url,
+            child: None,
+            addr: None,
+            tokens: BTreeMap::new(),
+        };
+        server.write_config("127.0.0.1:0");
+        let identities = server.config.identities.clone();
+        for id in &identities {
+            let out = server
+                .cli(
+                    &["login", "--identity", &id.name],
+                    Some(&id.account.password),
+                )
+                .await;
+            server.check(&out, &format!("login --identity {}", id.name));
+        }
+        for id in &identities {
+            let token = server.create_token(&id.name, "e2e").await;
+            server.tokens.insert(id.name.clone(), token);
+        }
+        server.spawn_serve().await;
+        server
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.path.join("matrix-channel.toml")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.path.join("serve.log")
+    }
+
+    fn write_config(&self, listen: &str) {
+        let text = self.config.render(&self.hs_url, listen);
+        std::fs::write(self.config_path(), text).expect("write the config");
+    }
+
+    /// Runs `matrix-channel --config FILE ARGS…`, with `stdin` as its standard input.
+    pub async fn cli(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = self.command();
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn matrix-channel");
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            input
+                .write_all(format!("{text}\n").as_bytes())
+                .await
+                .expect("write stdin");
+        }
+        drop(input);
+        tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("matrix-channel {args:?} did not finish in 120 s"))
+            .expect("wait for matrix-channel")
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(binary());
+        cmd.arg("--config").arg(self.config_path());
+        cmd.current_dir(&self.path);
+        // Every key can be overridden by environment: keep the developer's out.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("MATRIX_CHANNEL_") {
+                cmd.env_remove(key);
+            }
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd
+    }
+
+    fn check(&self, out: &Output, what: &str) {
+        if !out.status.success() {
+            panic!(
+                "matrix-channel {what} failed ({}):\nstdout: {}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// `token create --identity NAME --label LABEL`: the token alone on stdout.
+    pub async fn create_token(&self, identity: &str, label: &str) -> String {
+        let out = self
+            .cli(
+                &["token", "create", "--identity", identity, "--label", label],
+                None,
+            )
+            .await;
+        self.check(&out, &format!("token create --identity {identity}"));
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            !token.is_empty() && !token.contains(char::is_whitespace),
+            "token create printed {token:?}, not one token"
+        );
+        token
+    }
+
+    async fn spawn_serve(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open serve.log");
+        let mut cmd = self.command();
+        cmd.arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn matrix-channel serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = oneshot::channel();
+        let stdout_log = self.path.join("serve.stdout");
+        tokio::spawn(async move {
+            let mut tx = Some(tx);
+            let mut lines = BufReader::new(stdout).lines();
+            // Small appends; std::fs keeps tokio's "fs" feature out of the build.
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(stdout_log)
+                .ok();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(f) = file.as_mut() {
+                    let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
+                }
+                if let Some(addr) = line.strip_prefix(LISTENING) {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(addr.trim().trim_end_matches('/').to_owned());
+                    }
+                }
+            }
+        });
+        self.child = Some(child);
+        let addr = match tokio::time::timeout(START_TIMEOUT, rx).await {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(_)) => panic!(
+                "matrix-channel serve exited before listening; serve.log:\n{}",
+                self.log_tail(60)
+            ),
+            Err(_) => panic!(
+                "matrix-channel serve did not print {LISTENING:?} within {START_TIMEOUT:?}; serve.log:\n{}",
+                self.log_tail(60)
+            ),
+        };
+        let addr: SocketAddr = addr
+            .parse()
+            .unwrap_or_else(|e| panic!("serve printed a bad address {addr:?}: {e}"));
+        if let Some(first) = self.addr {
+            assert_eq!(
+                addr, first,
+                "a restarted server listens where it did before"
+            );
+        }
+        self.addr = Some(addr);
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr.expect("the server has listened")
+    }
+
+    /// `http://ADDR{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr())
+    }
+
+    /// The bearer token created for `identity` before `serve` started.
+    pub fn token(&self, identity: &str) -> &str {
+        self.tokens
+            .get(identity)
+            .unwrap_or_else(|| panic!("no token for identity {identity}"))
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub async fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.start_kill().expect("SIGKILL matrix-channel");
+            let _ = child.wait().await;
+        }
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.log_path())
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"\n===== SIGKILL =====\n"));
+    }
+
+    /// Starts `serve` again on the same store and the same address.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart() after kill9()");
+        let listen = self.addr().to_string();
+        self.write_config(&listen);
+        self.spawn_serve().await;
+    }
+
+    /// The last `n` lines of the server's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        tail(&text, n)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- matrix-channel serve.log (last 80 lines; {}) ----\n{}\n----",
+                self.log_path().display(),
+                self.log_tail(80)
+            );
+        }
+        if std::env::var_os("MC_E2E_KEEP").is_some() || std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                let kept = dir.keep();
+                eprintln!("kept the server directory {}", kept.display());
+            }
+        }
+    }
+}
