@@ -1,0 +1,1480 @@
+//! Raw Matrix timeline events (the JSON of a `/sync` timeline entry, of
+//! `room.event()`, `room.messages()` or an event handler's `RawEvent`) into the
+//! core's inputs: [`mc_model::Message`], [`mc_model::Reaction`],
+//! [`mc_model::Redaction`].
+//!
+//! Parsing is done by ruma (`matrix_sdk::ruma`): the envelope (`event_id`,
+//! `sender`, `type`, `origin_server_ts`) is read field by field from a
+//! [`Raw`] event, and the content with ruma's event types. Only one case needs
+//! more than ruma gives: an edit (`m.replace`) whose `m.new_content` is missing
+//! or unreadable, which ruma refuses as a whole and the core wants as
+//! [`Relation::Replacement`] with `new_content: None` (it then drops the edit
+//! visibly).
+//!
+//! What this module does not do: fetch anything (the adapter fetches a reply's
+//! parent and calls [`set_reply_parent`] with [`parent_from_event`]), fill
+//! `sender_name` (the adapter knows the room's members), decrypt (the SDK hands
+//! over decrypted events as `m.room.message`), or decide anything about the
+//! sender (the core's gate does).
+//!
+//! The decoder never panics, whatever the input string (a proptest checks it).
+//!
+//! Sources: Matrix Client-Server API v1.16,
+//! [room events](https://spec.matrix.org/v1.16/client-server-api/#room-events),
+//! [`m.room.message`](https://spec.matrix.org/v1.16/client-server-api/#mroommessage),
+//! [relations](https://spec.matrix.org/v1.16/client-server-api/#forming-relationships-between-events),
+//! [redactions](https://spec.matrix.org/v1.16/client-server-api/#redactions).
+
+use matrix_sdk::ruma::events::reaction::SyncReactionEvent;
+use matrix_sdk::ruma::events::relation::Thread;
+use matrix_sdk::ruma::events::room::message::{
+    FormattedBody, MessageFormat, MessageType, OriginalSyncRoomMessageEvent,
+    Relation as RumaRelation, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
+    SyncRoomMessageEvent,
+};
+use matrix_sdk::ruma::events::room::redaction::SyncRoomRedactionEvent;
+use matrix_sdk::ruma::events::AnySyncTimelineEvent;
+use matrix_sdk::ruma::serde::Raw;
+use matrix_sdk::ruma::{MilliSecondsSinceUnixEpoch, OwnedEventId, OwnedUserId, UInt};
+use mc_model::{
+    Attachment, EventId, Message, MessageContent, MsgType, NewContent, Parent, Reaction, Redaction,
+    Relation, ReplyTo, RoomId, UserId,
+};
+use serde::Deserialize;
+
+/// One timeline event, decoded for the core.
+// A message is larger than the other variants; each decoded event is moved once
+// into an input, so boxing it would only add an allocation (as `mc_model::Input`).
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// An `m.room.message`, original or redacted (a redacted one, or one whose
+    /// content ruma cannot read, has `content: None`). `sender_name` is `None`:
+    /// the adapter fills it.
+    Message(Message),
+    /// An `m.reaction` with an `m.annotation` relation.
+    Reaction(Reaction),
+    /// An `m.room.redaction`; `redacts` comes from `content.redacts` (room
+    /// versions 11 and later), else from the top-level `redacts` (earlier versions).
+    Redaction(Redaction),
+    /// Anything else, with the reason (for logs; nothing here reaches the core).
+    Ignored(Ignored),
+}
+
+/// An event the core never sees, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ignored {
+    /// The event's `event_id`.
+    pub event_id: EventId,
+    /// The event's `sender` (the identity's own events included).
+    pub sender: UserId,
+    /// The event's `type`, such as `m.room.member`.
+    pub event_type: String,
+    /// Why the core does not see it.
+    pub reason: IgnoreReason,
+}
+
+/// Why an event is [`Ignored`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IgnoreReason {
+    /// A state event (it has a `state_key`): room state is not chat.
+    StateEvent,
+    /// A message-like event of a type the channel does not handle (`m.sticker`,
+    /// `m.call.*`, `m.poll.*`, any custom type).
+    OtherType,
+    /// `m.room.encrypted`: the SDK could not decrypt it (no room key yet, or the
+    /// event was redacted before it was seen in an encrypted room). A decrypted
+    /// event arrives as its cleartext type instead.
+    Encrypted,
+    /// An `m.reaction` redacted before it was seen (`content: {}`): its key and
+    /// target are gone. The `m.room.redaction` that removed it arrives on its own.
+    RedactedReaction,
+    /// The event does not match the shape of its type; the text says what (for
+    /// logs only, it may quote the input).
+    Malformed(String),
+}
+
+/// Why not even the envelope of an event could be read: the event cannot be
+/// named, so it cannot be logged or dropped by id.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The input is not a JSON object.
+    #[error("the event is not a JSON object: {0}")]
+    NotAnObject(String),
+    /// A required envelope field is absent.
+    #[error("the event has no `{0}` field")]
+    Missing(&'static str),
+    /// A required envelope field is present but invalid (for instance an
+    /// `event_id` without its `$` sigil).
+    #[error("the event's `{field}` is invalid: {reason}")]
+    Invalid {
+        /// `type`, `event_id` or `sender`.
+        field: &'static str,
+        /// serde's or ruma's explanation.
+        reason: String,
+    },
+}
+
+/// The fields every room event has ([Client-Server API, "Room events"]).
+///
+/// [Client-Server API, "Room events"]: https://spec.matrix.org/v1.16/client-server-api/#room-event-format
+struct Envelope {
+    event_id: OwnedEventId,
+    sender: OwnedUserId,
+    event_type: String,
+    /// `None` when absent or invalid.
+    origin_server_ts: Option<MilliSecondsSinceUnixEpoch>,
+    has_state_key: bool,
+}
+
+impl Envelope {
+    fn read(raw: &Raw<AnySyncTimelineEvent>) -> Result<Self, DecodeError> {
+        fn required<'a, T: Deserialize<'a>>(
+            raw: &'a Raw<AnySyncTimelineEvent>,
+            field: &'static str,
+        ) -> Result<T, DecodeError> {
+            match raw.get_field::<T>(field) {
+                Ok(Some(value)) => Ok(value),
+                Ok(None) => Err(DecodeError::Missing(field)),
+                Err(e) => Err(DecodeError::Invalid {
+                    field,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        // A non-object fails here with a type error, before any field is read.
+        raw.get_field::<serde::de::IgnoredAny>("type")
+            .map_err(|e| DecodeError::NotAnObject(e.to_string()))?;
+        Ok(Envelope {
+            event_type: required(raw, "type")?,
+            event_id: required(raw, "event_id")?,
+            sender: required(raw, "sender")?,
+            origin_server_ts: raw.get_field("origin_server_ts").ok().flatten(),
+            // ruma's rule: a `state_key` field (even empty) makes a state event.
+            has_state_key: matches!(
+                raw.get_field::<serde_json::Value>("state_key"),
+                Ok(Some(v)) if !v.is_null()
+            ),
+        })
+    }
+
+    fn ignored(&self, reason: IgnoreReason) -> Decoded {
+        Decoded::Ignored(Ignored {
+            event_id: EventId(self.event_id.to_string()),
+            sender: UserId(self.sender.to_string()),
+            event_type: self.event_type.clone(),
+            reason,
+        })
+    }
+}
+
+/// Decodes one timeline event of `room` from its JSON.
+///
+/// - `m.room.message` → [`Decoded::Message`]. `content` is `None` when the event
+///   was redacted (`unsigned.redacted_because` present) or its content is missing
+///   or invalid; the event id is kept either way.
+/// - `m.reaction` with an `m.annotation` → [`Decoded::Reaction`]; a redacted one →
+///   [`IgnoreReason::RedactedReaction`].
+/// - `m.room.redaction` → [`Decoded::Redaction`] (`content.redacts`, else the
+///   top-level `redacts`).
+/// - State events, `m.room.encrypted`, other types, and events whose
+///   `origin_server_ts` or content does not fit their type → [`Decoded::Ignored`].
+///
+/// # Errors
+/// [`DecodeError`] only when the input is not a JSON object or its `type`,
+/// `event_id` or `sender` is missing or invalid.
+pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, DecodeError> {
+    let raw: Raw<AnySyncTimelineEvent> =
+        serde_json::from_str(raw_json).map_err(|e| DecodeError::NotAnObject(e.to_string()))?;
+    let envelope = Envelope::read(&raw)?;
+    if envelope.has_state_key {
+        return Ok(envelope.ignored(IgnoreReason::StateEvent));
+    }
+    let Some(ts) = envelope.origin_server_ts else {
+        return Ok(envelope.ignored(IgnoreReason::Malformed(
+            "`origin_server_ts` is missing or not an unsigned integer".to_owned(),
+        )));
+    };
+    let room = room.clone();
+    let event_id = EventId(envelope.event_id.to_string());
+    let sender = UserId(envelope.sender.to_string());
+    let origin_server_ts = u64::from(ts.0);
+    let decoded = match envelope.event_type.as_str() {
+        "m.room.message" => Decoded::Message(Message {
+            room,
+            event_id,
+            sender,
+            sender_name: None,
+            origin_server_ts,
+            content: message_content(raw_json),
+        }),
+        "m.reaction" => match serde_json::from_str::<SyncReactionEvent>(raw_json) {
+            // ruma does not check the `rel_type` tag of an annotation.
+            Ok(SyncReactionEvent::Original(_)) if !is_annotation(raw_json) => {
+                envelope.ignored(IgnoreReason::Malformed(
+                    "an m.reaction whose rel_type is not m.annotation".to_owned(),
+                ))
+            }
+            Ok(SyncReactionEvent::Original(ev)) => Decoded::Reaction(Reaction {
+                room,
+                event_id,
+                sender,
+                origin_server_ts,
+                relates_to: EventId(ev.content.relates_to.event_id.to_string()),
+                key: ev.content.relates_to.key,
+            }),
+            Ok(SyncReactionEvent::Redacted(_)) => envelope.ignored(IgnoreReason::RedactedReaction),
+            Err(e) => envelope.ignored(IgnoreReason::Malformed(format!(
+                "not an m.annotation reaction: {e}"
+            ))),
+        },
+        "m.room.redaction" => {
+            let redacts = match serde_json::from_str::<SyncRoomRedactionEvent>(raw_json) {
+                Ok(SyncRoomRedactionEvent::Original(ev)) => ev.content.redacts.or(ev.redacts),
+                // Redacting a redaction keeps `content.redacts` (room v11+); the
+                // target stays redacted.
+                Ok(SyncRoomRedactionEvent::Redacted(ev)) => ev.content.redacts,
+                Err(e) => {
+                    return Ok(
+                        envelope.ignored(IgnoreReason::Malformed(format!("not a redaction: {e}")))
+                    )
+                }
+            };
+            match redacts {
+                Some(redacts) => Decoded::Redaction(Redaction {
+                    room,
+                    event_id,
+                    sender,
+                    origin_server_ts,
+                    redacts: EventId(redacts.to_string()),
+                }),
+                None => envelope.ignored(IgnoreReason::Malformed(
+                    "a redaction without `redacts`".to_owned(),
+                )),
+            }
+        }
+        "m.room.encrypted" => envelope.ignored(IgnoreReason::Encrypted),
+        _ => envelope.ignored(IgnoreReason::OtherType),
+    };
+    Ok(decoded)
+}
+
+/// Whether `content.m.relates_to.rel_type` is `m.annotation`
+/// (<https://spec.matrix.org/v1.16/client-server-api/#mannotation-relationship-type>).
+fn is_annotation(raw_json: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Event {
+        content: Content,
+    }
+    #[derive(Deserialize)]
+    struct Content {
+        #[serde(rename = "m.relates_to")]
+        relates_to: RelatesTo,
+    }
+    #[derive(Deserialize)]
+    struct RelatesTo {
+        rel_type: String,
+    }
+    serde_json::from_str::<Event>(raw_json)
+        .is_ok_and(|e| e.content.relates_to.rel_type == "m.annotation")
+}
+
+/// The content of an `m.room.message` event, or `None` when it was redacted or is
+/// unreadable.
+fn message_content(raw_json: &str) -> Option<MessageContent> {
+    match serde_json::from_str::<SyncRoomMessageEvent>(raw_json) {
+        Ok(SyncRoomMessageEvent::Original(ev)) => Some(content_from_ruma(&ev.content)),
+        Ok(SyncRoomMessageEvent::Redacted(_)) => None,
+        Err(_) => edit_without_new_content(raw_json),
+    }
+}
+
+fn content_from_ruma(content: &RoomMessageEventContent) -> MessageContent {
+    MessageContent {
+        msgtype: msgtype_from_name(content.msgtype()),
+        body: content.body().to_owned(),
+        formatted_body: html_body(&content.msgtype),
+        relation: content.relates_to.as_ref().and_then(relation_from_ruma),
+        attachment: attachment(&content.msgtype),
+    }
+}
+
+/// [`MsgType`] from the `msgtype` string; unknown names become [`MsgType::Other`].
+fn msgtype_from_name(name: &str) -> MsgType {
+    match name {
+        "m.text" => MsgType::Text,
+        "m.emote" => MsgType::Emote,
+        "m.notice" => MsgType::Notice,
+        "m.image" => MsgType::Image,
+        "m.file" => MsgType::File,
+        "m.audio" => MsgType::Audio,
+        "m.video" => MsgType::Video,
+        "m.location" => MsgType::Location,
+        other => MsgType::Other(other.to_owned()),
+    }
+}
+
+/// `formatted_body` when `format` is `org.matrix.custom.html`
+/// (<https://spec.matrix.org/v1.16/client-server-api/#mroommessage-msgtypes>).
+fn html_body(msgtype: &MessageType) -> Option<String> {
+    let html = |formatted: &Option<FormattedBody>| {
+        formatted
+            .as_ref()
+            .filter(|f| f.format == MessageFormat::Html)
+            .map(|f| f.body.clone())
+    };
+    match msgtype {
+        MessageType::Text(c) => html(&c.formatted),
+        MessageType::Emote(c) => html(&c.formatted),
+        MessageType::Notice(c) => html(&c.formatted),
+        MessageType::Image(c) => html(&c.formatted),
+        MessageType::File(c) => html(&c.formatted),
+        MessageType::Audio(c) => html(&c.formatted),
+        MessageType::Video(c) => html(&c.formatted),
+        // Unknown msgtypes keep every other field in `data()`.
+        other => {
+            let data = other.data();
+            let is_html = data.get("format").and_then(serde_json::Value::as_str)
+                == Some(MessageFormat::Html.as_str());
+            is_html
+                .then(|| data.get("formatted_body")?.as_str().map(str::to_owned))
+                .flatten()
+        }
+    }
+}
+
+/// What an `m.image`, `m.file`, `m.audio` or `m.video` carries: `filename`, or
+/// `body` when there is none; `info.size` (bytes) and `info.mimetype`.
+fn attachment(msgtype: &MessageType) -> Option<Attachment> {
+    let make =
+        |filename: &Option<String>, body: &str, size: Option<UInt>, mimetype: Option<&String>| {
+            Some(Attachment {
+                filename: filename.clone().unwrap_or_else(|| body.to_owned()),
+                size: size.map(u64::from),
+                mimetype: mimetype.cloned(),
+            })
+        };
+    match msgtype {
+        MessageType::Image(c) => {
+            let info = c.info.as_deref();
+            make(
+                &c.filename,
+                &c.body,
+                info.and_then(|i| i.size),
+                info.and_then(|i| i.mimetype.as_ref()),
+            )
+        }
+        MessageType::File(c) => {
+            let info = c.info.as_deref();
+            make(
+                &c.filename,
+                &c.body,
+                info.and_then(|i| i.size),
+                info.and_then(|i| i.mimetype.as_ref()),
+            )
+        }
+        MessageType::Audio(c) => {
+            let info = c.info.as_deref();
+            make(
+                &c.filename,
+                &c.body,
+                info.and_then(|i| i.size),
+                info.and_then(|i| i.mimetype.as_ref()),
+            )
+        }
+        MessageType::Video(c) => {
+            let info = c.info.as_deref();
+            make(
+                &c.filename,
+                &c.body,
+                info.and_then(|i| i.size),
+                info.and_then(|i| i.mimetype.as_ref()),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn reply_to(event_id: &OwnedEventId) -> ReplyTo {
+    ReplyTo {
+        event_id: EventId(event_id.to_string()),
+        parent: None,
+    }
+}
+
+/// ruma's relation in the core's terms. Relation types the core does not know
+/// (`m.reference`, custom ones without `m.in_reply_to`) give `None`.
+fn relation_from_ruma(
+    relation: &RumaRelation<RoomMessageEventContentWithoutRelation>,
+) -> Option<Relation> {
+    match relation {
+        RumaRelation::Reply(reply) => Some(Relation::Reply {
+            in_reply_to: reply_to(&reply.in_reply_to.event_id),
+        }),
+        RumaRelation::Replacement(replacement) => Some(Relation::Replacement {
+            original: EventId(replacement.event_id.to_string()),
+            new_content: Some(NewContent {
+                msgtype: msgtype_from_name(replacement.new_content.msgtype.msgtype()),
+                body: replacement.new_content.msgtype.body().to_owned(),
+            }),
+        }),
+        RumaRelation::Thread(Thread {
+            event_id,
+            in_reply_to,
+            is_falling_back,
+            ..
+        }) => Some(Relation::Thread {
+            root: EventId(event_id.to_string()),
+            in_reply_to: in_reply_to.as_ref().map(|r| reply_to(&r.event_id)),
+            is_falling_back: *is_falling_back,
+        }),
+        _ => None,
+    }
+}
+
+/// An `m.replace` event that ruma refuses because its `m.new_content` is missing
+/// or unreadable: still an edit of `original`, with `new_content: None`
+/// (<https://spec.matrix.org/v1.16/client-server-api/#event-replacements>).
+fn edit_without_new_content(raw_json: &str) -> Option<MessageContent> {
+    #[derive(Deserialize)]
+    struct Event {
+        content: Content,
+    }
+    #[derive(Deserialize)]
+    struct Content {
+        msgtype: String,
+        body: String,
+        #[serde(rename = "m.relates_to")]
+        relates_to: RelatesTo,
+    }
+    #[derive(Deserialize)]
+    struct RelatesTo {
+        rel_type: String,
+        event_id: OwnedEventId,
+    }
+    let Event { content } = serde_json::from_str(raw_json).ok()?;
+    (content.relates_to.rel_type == "m.replace").then(|| MessageContent {
+        msgtype: msgtype_from_name(&content.msgtype),
+        body: content.body,
+        formatted_body: None,
+        relation: Some(Relation::Replacement {
+            original: EventId(content.relates_to.event_id.to_string()),
+            new_content: None,
+        }),
+        attachment: None,
+    })
+}
+
+/// The parent of a reply, from the JSON of the fetched parent event
+/// (`room.event(id)`): its sender, its body, and whether it is itself a reply
+/// ([`Relation::reply_to`]: then its own reply fallback is stripped when quoted).
+///
+/// When the server bundled an edit (`unsigned.m.relations.m.replace`) by the same
+/// sender, the body is the edit's `m.new_content` body: what clients show
+/// (<https://spec.matrix.org/v1.16/client-server-api/#server-side-aggregation-of-mreplace-relationships>,
+/// validity rules in
+/// <https://spec.matrix.org/v1.16/client-server-api/#validity-of-replacement-events>).
+///
+/// `None` when the event is not an `m.room.message`, is redacted, or has no
+/// readable content: the core then pushes an explicit "unresolved" marker.
+pub fn parent_from_event(raw_json: &str) -> Option<Parent> {
+    let raw: Raw<AnySyncTimelineEvent> = serde_json::from_str(raw_json).ok()?;
+    let envelope = Envelope::read(&raw).ok()?;
+    if envelope.event_type != "m.room.message" || envelope.has_state_key {
+        return None;
+    }
+    let SyncRoomMessageEvent::Original(event) = serde_json::from_str(raw_json).ok()? else {
+        return None;
+    };
+    let content = content_from_ruma(&event.content);
+    let body = latest_body(&event).unwrap_or(content.body);
+    Some(Parent {
+        sender: UserId(event.sender.to_string()),
+        body,
+        has_reply_relation: content
+            .relation
+            .as_ref()
+            .and_then(Relation::reply_to)
+            .is_some(),
+    })
+}
+
+/// The body a client shows for `event`: the `m.new_content` of the bundled edit
+/// when it is valid (same sender, relates to `event`), or of `event` itself when
+/// it is an edit.
+fn latest_body(event: &OriginalSyncRoomMessageEvent) -> Option<String> {
+    let new_body =
+        |content: &RoomMessageEventContent, original: &OwnedEventId| match &content.relates_to {
+            Some(RumaRelation::Replacement(r)) if r.event_id == *original => {
+                Some(r.new_content.msgtype.body().to_owned())
+            }
+            _ => None,
+        };
+    if let Some(edit) = event.unsigned.relations.replace.as_deref() {
+        if edit.sender == event.sender {
+            if let Some(body) = new_body(&edit.content, &event.event_id) {
+                return Some(body);
+            }
+        }
+    }
+    match &event.content.relates_to {
+        Some(RumaRelation::Replacement(r)) => Some(r.new_content.msgtype.body().to_owned()),
+        _ => None,
+    }
+}
+
+/// The event whose parent the adapter must fetch for `msg`: the target of a rich
+/// reply, or of a thread message's `m.in_reply_to` when `is_falling_back` is
+/// false ([`Relation::reply_to`]). `None` for anything else.
+///
+/// Source: <https://spec.matrix.org/v1.16/client-server-api/#rich-replies> and
+/// <https://spec.matrix.org/v1.16/client-server-api/#fallback-for-unthreaded-clients>.
+pub fn reply_target(msg: &Message) -> Option<&EventId> {
+    msg.content
+        .as_ref()?
+        .relation
+        .as_ref()?
+        .reply_to()
+        .map(|r| &r.event_id)
+}
+
+/// Stores the fetched `parent` (or `None`: unresolved) in the reply relation that
+/// [`reply_target`] names. Does nothing to a message [`reply_target`] gives `None`
+/// for (a thread fallback's `m.in_reply_to` stays without parent).
+pub fn set_reply_parent(msg: &mut Message, parent: Option<Parent>) {
+    let Some(relation) = msg.content.as_mut().and_then(|c| c.relation.as_mut()) else {
+        return;
+    };
+    match relation {
+        Relation::Reply { in_reply_to }
+        | Relation::Thread {
+            in_reply_to: Some(in_reply_to),
+            is_falling_back: false,
+            ..
+        } => in_reply_to.parent = parent,
+        Relation::Thread { .. } | Relation::Replacement { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    const TEXT: &str = include_str!("../tests/data/events/text.json");
+    const TEXT_MARKDOWN: &str = include_str!("../tests/data/events/text_markdown.json");
+    const NOTICE: &str = include_str!("../tests/data/events/notice.json");
+    const EDIT: &str = include_str!("../tests/data/events/edit.json");
+    const REPLY: &str = include_str!("../tests/data/events/reply.json");
+    const THREAD_FALLING_BACK: &str = include_str!("../tests/data/events/thread_falling_back.json");
+    const THREAD_REPLY: &str = include_str!("../tests/data/events/thread_reply.json");
+    const REACTION: &str = include_str!("../tests/data/events/reaction.json");
+    const REDACTION: &str = include_str!("../tests/data/events/redaction.json");
+    const REDACTION_V10: &str = include_str!("../tests/data/events/redaction_v10.json");
+    const REDACTED_MESSAGE: &str = include_str!("../tests/data/events/redacted_message.json");
+    const REDACTED_REACTION: &str = include_str!("../tests/data/events/redacted_reaction.json");
+    const IMAGE: &str = include_str!("../tests/data/events/image.json");
+    const FILE: &str = include_str!("../tests/data/events/file.json");
+    const UNKNOWN_MSGTYPE: &str = include_str!("../tests/data/events/unknown_msgtype.json");
+    const STATE_MEMBER: &str = include_str!("../tests/data/events/state_member.json");
+    const ENCRYPTED: &str = include_str!("../tests/data/events/encrypted.json");
+    const EDITED_PARENT: &str = include_str!("../tests/data/events/edited_parent.json");
+
+    const ALL: [&str; 18] = [
+        TEXT,
+        TEXT_MARKDOWN,
+        NOTICE,
+        EDIT,
+        REPLY,
+        THREAD_FALLING_BACK,
+        THREAD_REPLY,
+        REACTION,
+        REDACTION,
+        REDACTION_V10,
+        REDACTED_MESSAGE,
+        REDACTED_REACTION,
+        IMAGE,
+        FILE,
+        UNKNOWN_MSGTYPE,
+        STATE_MEMBER,
+        ENCRYPTED,
+        EDITED_PARENT,
+    ];
+
+    const ORIGINAL: &str = "$Qaa3BP1NCNqXyOT-NwK02fMrLJGdcLlnKj5eS5bBK1I";
+
+    fn room() -> RoomId {
+        RoomId::from("!ZCB3SX-vTJ0vaZqG9V0gVB1stvnbeGnFk0XPn6pPYbc")
+    }
+
+    fn decode(json: &str) -> Decoded {
+        decode_timeline_event(&room(), json).expect("the envelope is readable")
+    }
+
+    fn message(json: &str) -> Message {
+        match decode(json) {
+            Decoded::Message(m) => m,
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    fn content(json: &str) -> MessageContent {
+        message(json).content.expect("content")
+    }
+
+    fn ignored(json: &str) -> Ignored {
+        match decode(json) {
+            Decoded::Ignored(i) => i,
+            other => panic!("expected an ignored event, got {other:?}"),
+        }
+    }
+
+    /// `json` with `edit` applied to its parsed value.
+    fn edited(json: &str, edit: impl FnOnce(&mut Value)) -> String {
+        let mut value: Value = serde_json::from_str(json).unwrap();
+        edit(&mut value);
+        value.to_string()
+    }
+
+    #[test]
+    fn a_plain_text_message_keeps_its_envelope_and_body() {
+        assert_eq!(
+            message(TEXT),
+            Message {
+                room: room(),
+                event_id: EventId::from(ORIGINAL),
+                sender: UserId::from("@alice:localhost"),
+                sender_name: None,
+                origin_server_ts: 1_795_991_839_700,
+                content: Some(MessageContent {
+                    msgtype: MsgType::Text,
+                    body: "hello from alice".to_owned(),
+                    formatted_body: None,
+                    relation: None,
+                    attachment: None,
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn an_html_formatted_body_is_kept() {
+        let c = content(TEXT_MARKDOWN);
+        assert_eq!(c.body, "**bold** and `code`");
+        assert_eq!(
+            c.formatted_body.as_deref(),
+            Some("<strong>bold</strong> and <code>code</code>")
+        );
+    }
+
+    #[test]
+    fn a_formatted_body_in_another_format_is_dropped() {
+        let json = edited(TEXT_MARKDOWN, |v| {
+            v["content"]["format"] = json!("org.example.markdown");
+        });
+        let c = content(&json);
+        assert_eq!(c.formatted_body, None);
+        assert_eq!(c.body, "**bold** and `code`");
+    }
+
+    #[test]
+    fn a_notice_is_a_notice() {
+        let c = content(NOTICE);
+        assert_eq!(c.msgtype, MsgType::Notice);
+        assert_eq!(c.body, "Build finished: 3 passed");
+    }
+
+    #[test]
+    fn every_known_msgtype_maps_to_its_variant() {
+        for (name, expected) in [
+            ("m.text", MsgType::Text),
+            ("m.emote", MsgType::Emote),
+            ("m.notice", MsgType::Notice),
+            ("m.location", MsgType::Location),
+            (
+                "m.server_notice",
+                MsgType::Other("m.server_notice".to_owned()),
+            ),
+        ] {
+            let json = edited(TEXT, |v| {
+                v["content"]["msgtype"] = json!(name);
+                v["content"]["geo_uri"] = json!("geo:51.5,0.1");
+                v["content"]["server_notice_type"] = json!("m.server_notice.usage_limit_reached");
+            });
+            assert_eq!(content(&json).msgtype, expected, "{name}");
+        }
+        for (name, expected) in [
+            ("m.image", MsgType::Image),
+            ("m.file", MsgType::File),
+            ("m.audio", MsgType::Audio),
+            ("m.video", MsgType::Video),
+        ] {
+            let json = edited(IMAGE, |v| v["content"]["msgtype"] = json!(name));
+            assert_eq!(content(&json).msgtype, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_edit_carries_its_original_and_new_content_and_keeps_the_star_fallback_as_body() {
+        let c = content(EDIT);
+        assert_eq!(c.body, "* hello from alice (edited)");
+        assert_eq!(
+            c.relation,
+            Some(Relation::Replacement {
+                original: EventId::from(ORIGINAL),
+                new_content: Some(NewContent {
+                    msgtype: MsgType::Text,
+                    body: "hello from alice (edited)".to_owned(),
+                }),
+            })
+        );
+    }
+
+    #[test]
+    fn an_edit_to_an_unknown_msgtype_keeps_the_name() {
+        let json = edited(EDIT, |v| {
+            v["content"]["m.new_content"]["msgtype"] = json!("org.example.x");
+        });
+        let Some(Relation::Replacement {
+            new_content: Some(new_content),
+            ..
+        }) = content(&json).relation
+        else {
+            panic!("expected a replacement");
+        };
+        assert_eq!(
+            new_content.msgtype,
+            MsgType::Other("org.example.x".to_owned())
+        );
+    }
+
+    #[test]
+    fn an_edit_without_new_content_is_still_an_edit_of_its_original() {
+        let json = edited(EDIT, |v| {
+            v["content"]
+                .as_object_mut()
+                .unwrap()
+                .remove("m.new_content");
+        });
+        let c = content(&json);
+        assert_eq!(c.body, "* hello from alice (edited)");
+        assert_eq!(c.msgtype, MsgType::Text);
+        assert_eq!(
+            c.relation,
+            Some(Relation::Replacement {
+                original: EventId::from(ORIGINAL),
+                new_content: None,
+            })
+        );
+    }
+
+    #[test]
+    fn an_edit_with_unreadable_new_content_has_no_new_content() {
+        let json = edited(EDIT, |v| v["content"]["m.new_content"] = json!({"body": 5}));
+        assert_eq!(
+            content(&json).relation,
+            Some(Relation::Replacement {
+                original: EventId::from(ORIGINAL),
+                new_content: None,
+            })
+        );
+    }
+
+    #[test]
+    fn a_rich_reply_keeps_its_fallback_in_the_body_and_names_its_parent() {
+        let m = message(REPLY);
+        let c = m.content.clone().unwrap();
+        assert!(c
+            .body
+            .starts_with("> <@alice:localhost> hello from alice\n\n"));
+        assert!(c.formatted_body.unwrap().starts_with("<mx-reply>"));
+        assert_eq!(
+            c.relation,
+            Some(Relation::Reply {
+                in_reply_to: ReplyTo {
+                    event_id: EventId::from(ORIGINAL),
+                    parent: None,
+                },
+            })
+        );
+        assert_eq!(reply_target(&m), Some(&EventId::from(ORIGINAL)));
+    }
+
+    #[test]
+    fn a_thread_message_falling_back_is_not_a_reply() {
+        let m = message(THREAD_FALLING_BACK);
+        assert_eq!(
+            m.content.as_ref().unwrap().relation,
+            Some(Relation::Thread {
+                root: EventId::from(ORIGINAL),
+                in_reply_to: Some(ReplyTo {
+                    event_id: EventId::from(ORIGINAL),
+                    parent: None,
+                }),
+                is_falling_back: true,
+            })
+        );
+        assert_eq!(reply_target(&m), None);
+    }
+
+    #[test]
+    fn a_thread_message_without_is_falling_back_is_falling_back_false() {
+        let json = edited(THREAD_REPLY, |v| {
+            v["content"]["m.relates_to"]
+                .as_object_mut()
+                .unwrap()
+                .remove("is_falling_back");
+        });
+        assert_eq!(
+            reply_target(&message(&json)),
+            Some(&EventId::from(
+                "$Thr3adFallbackxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_reply_inside_a_thread_names_the_event_it_answers() {
+        let m = message(THREAD_REPLY);
+        assert_eq!(
+            m.content.as_ref().unwrap().relation,
+            Some(Relation::Thread {
+                root: EventId::from(ORIGINAL),
+                in_reply_to: Some(ReplyTo {
+                    event_id: EventId::from("$Thr3adFallbackxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+                    parent: None,
+                }),
+                is_falling_back: false,
+            })
+        );
+        assert_eq!(
+            reply_target(&m),
+            Some(&EventId::from(
+                "$Thr3adFallbackxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_thread_message_without_in_reply_to_has_no_reply_target() {
+        let json = edited(THREAD_REPLY, |v| {
+            v["content"]["m.relates_to"]
+                .as_object_mut()
+                .unwrap()
+                .remove("m.in_reply_to");
+        });
+        let m = message(&json);
+        assert_eq!(
+            m.content.as_ref().unwrap().relation,
+            Some(Relation::Thread {
+                root: EventId::from(ORIGINAL),
+                in_reply_to: None,
+                is_falling_back: false,
+            })
+        );
+        assert_eq!(reply_target(&m), None);
+    }
+
+    #[test]
+    fn a_reference_relation_is_no_relation() {
+        let json = edited(TEXT, |v| {
+            v["content"]["m.relates_to"] = json!({"rel_type": "m.reference", "event_id": ORIGINAL});
+        });
+        let c = content(&json);
+        assert_eq!(c.relation, None);
+        assert_eq!(c.body, "hello from alice");
+    }
+
+    #[test]
+    fn a_reaction_keeps_its_raw_key_with_the_variation_selector() {
+        assert_eq!(
+            decode(REACTION),
+            Decoded::Reaction(Reaction {
+                room: room(),
+                event_id: EventId::from("$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M"),
+                sender: UserId::from("@bob:localhost"),
+                origin_server_ts: 1_795_991_839_857,
+                relates_to: EventId::from(ORIGINAL),
+                key: "\u{1F44D}\u{FE0F}".to_owned(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_reaction_with_another_rel_type_is_malformed() {
+        let json = edited(REACTION, |v| {
+            v["content"]["m.relates_to"]["rel_type"] = json!("m.reference");
+        });
+        let i = ignored(&json);
+        assert_eq!(
+            i.reason,
+            IgnoreReason::Malformed("an m.reaction whose rel_type is not m.annotation".to_owned())
+        );
+        assert_eq!(i.event_type, "m.reaction");
+        let json = edited(REACTION, |v| {
+            v["content"]["m.relates_to"]
+                .as_object_mut()
+                .unwrap()
+                .remove("key");
+        });
+        assert!(
+            matches!(&ignored(&json).reason, IgnoreReason::Malformed(m) if m.starts_with("not an m.annotation reaction: ")),
+        );
+    }
+
+    #[test]
+    fn a_reaction_redacted_before_it_was_seen_is_ignored_with_its_id() {
+        assert_eq!(
+            ignored(REDACTED_REACTION),
+            Ignored {
+                event_id: EventId::from("$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M"),
+                sender: UserId::from("@bob:localhost"),
+                event_type: "m.reaction".to_owned(),
+                reason: IgnoreReason::RedactedReaction,
+            }
+        );
+    }
+
+    #[test]
+    fn a_redaction_names_its_target_from_the_room_v11_content() {
+        assert_eq!(
+            decode(REDACTION),
+            Decoded::Redaction(Redaction {
+                room: room(),
+                event_id: EventId::from("$rU_PwRvMSCf4rzr2Ejx-Bx9-J5XbKprdT0m_SxIc7tk"),
+                sender: UserId::from("@bob:localhost"),
+                origin_server_ts: 1_795_991_839_977,
+                redacts: EventId::from("$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M"),
+            })
+        );
+    }
+
+    #[test]
+    fn a_redaction_prefers_content_redacts_over_the_top_level_one() {
+        let json = edited(REDACTION, |v| v["redacts"] = json!("$other"));
+        let Decoded::Redaction(r) = decode(&json) else {
+            panic!("expected a redaction");
+        };
+        assert_eq!(
+            r.redacts,
+            EventId::from("$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M")
+        );
+    }
+
+    #[test]
+    fn a_pre_v11_redaction_names_its_target_at_top_level() {
+        let Decoded::Redaction(r) = decode(REDACTION_V10) else {
+            panic!("expected a redaction");
+        };
+        assert_eq!(r.redacts, EventId::from(ORIGINAL));
+    }
+
+    #[test]
+    fn a_redaction_without_any_redacts_is_malformed() {
+        let json = edited(REDACTION_V10, |v| {
+            v.as_object_mut().unwrap().remove("redacts");
+        });
+        assert_eq!(
+            ignored(&json).reason,
+            IgnoreReason::Malformed("not a redaction: missing field `redacts`".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_redacted_redaction_without_redacts_is_malformed() {
+        let json = edited(REDACTION_V10, |v| {
+            v.as_object_mut().unwrap().remove("redacts");
+            v["content"] = json!({});
+            v["unsigned"]["redacted_because"] = serde_json::from_str(REDACTION).unwrap();
+        });
+        assert_eq!(
+            ignored(&json).reason,
+            IgnoreReason::Malformed("a redaction without `redacts`".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_redacted_redaction_still_names_its_target() {
+        let json = edited(REDACTION, |v| {
+            v["content"] = json!({"redacts": ORIGINAL});
+            v["unsigned"]["redacted_because"] = serde_json::from_str(REDACTION).unwrap();
+        });
+        let Decoded::Redaction(r) = decode(&json) else {
+            panic!("expected a redaction");
+        };
+        assert_eq!(r.redacts, EventId::from(ORIGINAL));
+    }
+
+    #[test]
+    fn a_redacted_message_has_no_content_but_keeps_its_id() {
+        let m = message(REDACTED_MESSAGE);
+        assert_eq!(m.event_id, EventId::from(ORIGINAL));
+        assert_eq!(m.sender, UserId::from("@alice:localhost"));
+        assert_eq!(m.origin_server_ts, 1_795_991_839_700);
+        assert_eq!(m.content, None);
+    }
+
+    #[test]
+    fn a_message_with_empty_content_but_no_redaction_marker_has_no_content() {
+        let json = edited(TEXT, |v| v["content"] = json!({}));
+        assert_eq!(message(&json).content, None);
+        let json = edited(TEXT, |v| {
+            v.as_object_mut().unwrap().remove("content");
+        });
+        assert_eq!(message(&json).content, None);
+        let json = edited(TEXT, |v| {
+            v["content"]["body"] = json!(["not", "a", "string"])
+        });
+        assert_eq!(message(&json).content, None);
+    }
+
+    #[test]
+    fn an_image_is_an_attachment_with_filename_size_and_mimetype() {
+        let c = content(IMAGE);
+        assert_eq!(c.msgtype, MsgType::Image);
+        assert_eq!(c.body, "screenshot of the failing test");
+        assert_eq!(
+            c.attachment,
+            Some(Attachment {
+                filename: "failure.png".to_owned(),
+                size: Some(48_213),
+                mimetype: Some("image/png".to_owned()),
+            })
+        );
+    }
+
+    #[test]
+    fn a_file_without_filename_is_named_by_its_body() {
+        assert_eq!(
+            content(FILE).attachment,
+            Some(Attachment {
+                filename: "build.log".to_owned(),
+                size: Some(1024),
+                mimetype: Some("text/plain".to_owned()),
+            })
+        );
+    }
+
+    #[test]
+    fn audio_and_video_are_attachments_and_info_is_optional() {
+        for msgtype in ["m.audio", "m.video"] {
+            let json = edited(IMAGE, |v| {
+                v["content"]["msgtype"] = json!(msgtype);
+                v["content"].as_object_mut().unwrap().remove("info");
+            });
+            assert_eq!(
+                content(&json).attachment,
+                Some(Attachment {
+                    filename: "failure.png".to_owned(),
+                    size: None,
+                    mimetype: None,
+                }),
+                "{msgtype}"
+            );
+        }
+    }
+
+    #[test]
+    fn text_has_no_attachment() {
+        assert_eq!(content(TEXT).attachment, None);
+        assert_eq!(content(UNKNOWN_MSGTYPE).attachment, None);
+    }
+
+    #[test]
+    fn an_unknown_msgtype_is_other_with_its_name_body_and_html() {
+        let c = content(UNKNOWN_MSGTYPE);
+        assert_eq!(c.msgtype, MsgType::Other("org.example.custom".to_owned()));
+        assert_eq!(c.body, "a poll-ish thing");
+        assert_eq!(c.formatted_body.as_deref(), Some("<b>a poll-ish thing</b>"));
+        let json = edited(UNKNOWN_MSGTYPE, |v| v["content"]["format"] = json!("other"));
+        assert_eq!(content(&json).formatted_body, None);
+    }
+
+    #[test]
+    fn a_state_event_is_ignored_as_state() {
+        assert_eq!(
+            ignored(STATE_MEMBER),
+            Ignored {
+                event_id: EventId::from("$MemberJoinxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+                sender: UserId::from("@bob:localhost"),
+                event_type: "m.room.member".to_owned(),
+                reason: IgnoreReason::StateEvent,
+            }
+        );
+        // Even a message type with a state key is state, as ruma has it.
+        let json = edited(TEXT, |v| v["state_key"] = json!(""));
+        assert_eq!(ignored(&json).reason, IgnoreReason::StateEvent);
+        let json = edited(TEXT, |v| v["state_key"] = Value::Null);
+        assert!(matches!(decode(&json), Decoded::Message(_)));
+    }
+
+    #[test]
+    fn an_undecryptable_event_is_ignored_as_encrypted() {
+        let i = ignored(ENCRYPTED);
+        assert_eq!(i.reason, IgnoreReason::Encrypted);
+        assert_eq!(i.event_type, "m.room.encrypted");
+        assert_eq!(
+            i.event_id,
+            EventId::from("$Encrypt3dxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
+        );
+    }
+
+    #[test]
+    fn other_message_like_types_are_ignored_as_other() {
+        let json = edited(TEXT, |v| v["type"] = json!("m.sticker"));
+        assert_eq!(
+            ignored(&json),
+            Ignored {
+                event_id: EventId::from(ORIGINAL),
+                sender: UserId::from("@alice:localhost"),
+                event_type: "m.sticker".to_owned(),
+                reason: IgnoreReason::OtherType,
+            }
+        );
+    }
+
+    #[test]
+    fn an_event_without_a_timestamp_is_malformed_but_named() {
+        for ts in [Value::Null, json!(-5), json!("yesterday")] {
+            let json = edited(TEXT, |v| v["origin_server_ts"] = ts.clone());
+            let i = ignored(&json);
+            assert_eq!(i.event_id, EventId::from(ORIGINAL), "{ts}");
+            assert!(matches!(i.reason, IgnoreReason::Malformed(_)), "{ts}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_envelope_is_an_error_that_names_the_field() {
+        let without = |field: &str| {
+            edited(TEXT, |v| {
+                v.as_object_mut().unwrap().remove(field);
+            })
+        };
+        let r = room();
+        assert_eq!(
+            decode_timeline_event(&r, &without("event_id")),
+            Err(DecodeError::Missing("event_id"))
+        );
+        assert_eq!(
+            decode_timeline_event(&r, &without("sender")),
+            Err(DecodeError::Missing("sender"))
+        );
+        assert_eq!(
+            decode_timeline_event(&r, &without("type")),
+            Err(DecodeError::Missing("type"))
+        );
+        let bad_id = edited(TEXT, |v| v["event_id"] = json!("no-sigil"));
+        assert!(matches!(
+            decode_timeline_event(&r, &bad_id),
+            Err(DecodeError::Invalid {
+                field: "event_id",
+                ..
+            })
+        ));
+        let bad_sender = edited(TEXT, |v| v["sender"] = json!("alice"));
+        let err = decode_timeline_event(&r, &bad_sender).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the event's `sender` is invalid: "),
+            "{err}"
+        );
+        let bad_type = edited(TEXT, |v| v["type"] = json!(7));
+        assert!(matches!(
+            decode_timeline_event(&r, &bad_type),
+            Err(DecodeError::Invalid { field: "type", .. })
+        ));
+    }
+
+    #[test]
+    fn input_that_is_not_a_json_object_is_an_error() {
+        for input in [
+            "",
+            "not json",
+            "[1,2]",
+            "42",
+            "\"m.room.message\"",
+            "null",
+            "{",
+        ] {
+            let err = decode_timeline_event(&room(), input).unwrap_err();
+            assert!(
+                matches!(err, DecodeError::NotAnObject(_)),
+                "{input:?}: {err:?}"
+            );
+            assert!(err
+                .to_string()
+                .starts_with("the event is not a JSON object: "));
+        }
+    }
+
+    #[test]
+    fn deeply_nested_input_is_an_error_not_a_stack_overflow() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(decode_timeline_event(&room(), &deep).is_err());
+        let deep_content = format!(
+            r#"{{"type":"m.room.message","event_id":"$a","sender":"@a:b","origin_server_ts":1,"content":{}1{}}}"#,
+            "{\"a\":".repeat(50_000),
+            "}".repeat(50_000)
+        );
+        // Serde's recursion limit refuses the content; the event keeps its id.
+        assert!(parent_from_event(&deep_content).is_none());
+        let _ = decode_timeline_event(&room(), &deep_content);
+    }
+
+    #[test]
+    fn the_parent_of_a_reply_is_its_sender_and_body() {
+        assert_eq!(
+            parent_from_event(TEXT),
+            Some(Parent {
+                sender: UserId::from("@alice:localhost"),
+                body: "hello from alice".to_owned(),
+                has_reply_relation: false,
+            })
+        );
+    }
+
+    #[test]
+    fn a_parent_that_is_itself_a_reply_says_so() {
+        let p = parent_from_event(REPLY).unwrap();
+        assert!(p.has_reply_relation);
+        assert_eq!(p.sender, UserId::from("@bob:localhost"));
+        assert!(parent_from_event(THREAD_REPLY).unwrap().has_reply_relation);
+        assert!(
+            !parent_from_event(THREAD_FALLING_BACK)
+                .unwrap()
+                .has_reply_relation
+        );
+    }
+
+    #[test]
+    fn an_edited_parent_is_quoted_as_edited() {
+        assert_eq!(
+            parent_from_event(EDITED_PARENT).map(|p| p.body),
+            Some("hello from alice (edited)".to_owned())
+        );
+        assert_eq!(
+            parent_from_event(EDIT).map(|p| p.body),
+            Some("hello from alice (edited)".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_bundled_edit_by_someone_else_or_of_another_event_is_not_applied() {
+        let by_mallory = edited(EDITED_PARENT, |v| {
+            v["unsigned"]["m.relations"]["m.replace"]["sender"] = json!("@mallory:localhost");
+        });
+        assert_eq!(
+            parent_from_event(&by_mallory).map(|p| p.body),
+            Some("hello from alice".to_owned())
+        );
+        let elsewhere = edited(EDITED_PARENT, |v| {
+            v["unsigned"]["m.relations"]["m.replace"]["content"]["m.relates_to"]["event_id"] =
+                json!("$elsewhere");
+        });
+        assert_eq!(
+            parent_from_event(&elsewhere).map(|p| p.body),
+            Some("hello from alice".to_owned())
+        );
+    }
+
+    #[test]
+    fn there_is_no_parent_in_a_redacted_or_non_message_event() {
+        for json in [
+            REDACTED_MESSAGE,
+            REACTION,
+            REDACTION,
+            STATE_MEMBER,
+            ENCRYPTED,
+            "",
+            "{}",
+        ] {
+            assert_eq!(parent_from_event(json), None, "{json}");
+        }
+        let no_content = edited(TEXT, |v| v["content"] = json!({}));
+        assert_eq!(parent_from_event(&no_content), None);
+    }
+
+    #[test]
+    fn a_resolved_parent_lands_in_the_reply() {
+        let parent = parent_from_event(TEXT);
+        let mut m = message(REPLY);
+        set_reply_parent(&mut m, parent.clone());
+        let Some(Relation::Reply { in_reply_to }) = m.content.unwrap().relation else {
+            panic!("expected a reply");
+        };
+        assert_eq!(in_reply_to.parent, parent);
+        assert!(in_reply_to.parent.is_some());
+    }
+
+    #[test]
+    fn a_resolved_parent_lands_in_a_thread_reply_but_not_in_a_fallback() {
+        let parent = parent_from_event(THREAD_FALLING_BACK);
+        let mut m = message(THREAD_REPLY);
+        set_reply_parent(&mut m, parent.clone());
+        let reply = m
+            .content
+            .as_ref()
+            .unwrap()
+            .relation
+            .as_ref()
+            .unwrap()
+            .reply_to();
+        assert_eq!(reply.unwrap().parent, parent);
+
+        let mut fallback = message(THREAD_FALLING_BACK);
+        let before = fallback.clone();
+        set_reply_parent(&mut fallback, parent_from_event(TEXT));
+        assert_eq!(fallback, before);
+    }
+
+    #[test]
+    fn setting_a_parent_on_a_message_without_a_reply_changes_nothing() {
+        for json in [TEXT, EDIT, REDACTED_MESSAGE] {
+            let mut m = message(json);
+            let before = m.clone();
+            set_reply_parent(&mut m, parent_from_event(TEXT));
+            assert_eq!(m, before);
+            assert_eq!(reply_target(&m), None);
+        }
+    }
+
+    #[test]
+    fn every_sample_decodes_without_error() {
+        for json in ALL {
+            assert!(decode_timeline_event(&room(), json).is_ok(), "{json}");
+        }
+    }
+
+    /// Arbitrary JSON values, shallow enough to print.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,12}".prop_map(Value::String),
+            prop_oneof![
+                Just("$ev"),
+                Just("@u:x"),
+                Just("m.room.message"),
+                Just("m.reaction"),
+                Just("m.room.redaction"),
+                Just("m.text"),
+                Just("m.image"),
+                Just("m.replace"),
+                Just("m.thread"),
+                Just("m.annotation"),
+                Just("org.matrix.custom.html"),
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            let key = prop_oneof![
+                Just("type".to_owned()),
+                Just("event_id".to_owned()),
+                Just("sender".to_owned()),
+                Just("origin_server_ts".to_owned()),
+                Just("content".to_owned()),
+                Just("state_key".to_owned()),
+                Just("redacts".to_owned()),
+                Just("unsigned".to_owned()),
+                Just("redacted_because".to_owned()),
+                Just("msgtype".to_owned()),
+                Just("body".to_owned()),
+                Just("m.relates_to".to_owned()),
+                Just("m.new_content".to_owned()),
+                Just("m.in_reply_to".to_owned()),
+                Just("rel_type".to_owned()),
+                Just("key".to_owned()),
+                Just("info".to_owned()),
+                ".{0,6}",
+            ];
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key, inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A sample event with one value somewhere replaced by an arbitrary one.
+    fn mutated_sample() -> impl Strategy<Value = String> {
+        (
+            prop::sample::select(ALL.to_vec()),
+            prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+            json_value(),
+        )
+            .prop_map(|(json, path, replacement)| {
+                let mut value: Value = serde_json::from_str(json).unwrap();
+                replace_at(&mut value, &path, replacement);
+                value.to_string()
+            })
+    }
+
+    /// Replaces the value that `path` leads to (each index picks a member of an
+    /// object or array; the walk stops at a leaf) with `replacement`.
+    fn replace_at(value: &mut Value, path: &[prop::sample::Index], replacement: Value) {
+        let Some((index, rest)) = path.split_first() else {
+            *value = replacement;
+            return;
+        };
+        let next = match value {
+            Value::Object(map) if !map.is_empty() => {
+                let key = map.keys().nth(index.index(map.len())).cloned();
+                key.and_then(|k| map.get_mut(&k))
+            }
+            Value::Array(items) if !items.is_empty() => {
+                let i = index.index(items.len());
+                items.get_mut(i)
+            }
+            _ => None,
+        };
+        match next {
+            Some(next) => replace_at(next, rest, replacement),
+            None => *value = replacement,
+        }
+    }
+
+    /// Decodes `json` every way the adapter can, and checks that what a decoded
+    /// message says is consistent.
+    fn decode_all_ways(json: &str) {
+        let result = decode_timeline_event(&room(), json);
+        let _ = parent_from_event(json);
+        if let Ok(Decoded::Message(mut m)) = result {
+            let target = reply_target(&m).cloned();
+            set_reply_parent(&mut m, parent_from_event(TEXT));
+            assert_eq!(reply_target(&m).cloned(), target);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_string_decodes_without_panicking(input in ".*") {
+            decode_all_ways(&input);
+        }
+
+        #[test]
+        fn any_json_value_decodes_without_panicking(value in json_value()) {
+            decode_all_ways(&value.to_string());
+        }
+
+        #[test]
+        fn any_mutation_of_a_real_event_decodes_without_panicking(json in mutated_sample()) {
+            decode_all_ways(&json);
+        }
+
+        #[test]
+        fn a_readable_envelope_is_never_an_error(json in mutated_sample()) {
+            let value: Value = serde_json::from_str(&json).unwrap();
+            let readable = value.get("type").is_some_and(Value::is_string)
+                && value.get("event_id").and_then(Value::as_str)
+                    .is_some_and(|s| matrix_sdk::ruma::EventId::parse(s).is_ok())
+                && value.get("sender").and_then(Value::as_str)
+                    .is_some_and(|s| matrix_sdk::ruma::UserId::parse(s).is_ok());
+            let result = decode_timeline_event(&room(), &json);
+            prop_assert_eq!(result.is_ok(), readable, "{:?}", result);
+        }
+    }
+}
