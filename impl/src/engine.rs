@@ -1,0 +1,385 @@
+//! The engine: one task owns the model ([`mc_model::Channel`]), feeds it every input in
+//! arrival order, persists its state after each transition that changed it, and turns
+//! its effects into wire calls through a [`Wire`].
+//!
+//! No decision is taken here: every effect is executed as the model says, and every
+//! outcome goes back to the model as [`Input::Completed`]. The match over
+//! [`Effect`] is exhaustive, without a `_` arm, so a new effect fails to compile here
+//! until it is executed.
+
+use crate::store::Store;
+use async_trait::async_trait;
+use mc_model::{
+    Channel, ChannelNotification, Effect, EffectId, EventId, IdentityId, Input, Millis, Outcome,
+    PermissionVerdict, PromptText, RoomId, SessionId, SessionState,
+};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// `notifications/claude/channel`: a push (Claude Code channel contract).
+pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
+/// `notifications/claude/channel/permission`: a verdict.
+pub const VERDICT_METHOD: &str = "notifications/claude/channel/permission";
+/// `notifications/claude/channel/permission_request`: a request from a session.
+pub const PERMISSION_REQUEST_METHOD: &str = "notifications/claude/channel/permission_request";
+
+/// How long one notification write may take before it counts as failed.
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The network, as the engine sees it. The server's implementation talks to MCP
+/// sessions and Matrix; the conformance tests put in-memory queues here.
+///
+/// Errors are strings for the log: the model only needs to know that it failed.
+#[async_trait]
+pub trait Wire: Send + Sync + 'static {
+    /// Sends a notification to one MCP session. `Ok` when it was handed to the
+    /// session's stream.
+    async fn notify(&self, session: &SessionId, method: &str, params: Value) -> Result<(), String>;
+    /// Posts a prompt (`m.text` with HTML) as the identity; returns its event id.
+    /// `txn_id` is stable for the effect, so a retry cannot post twice.
+    async fn post_prompt(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        text: &PromptText,
+        txn_id: &str,
+    ) -> Result<EventId, String>;
+    /// Replaces a prompt's text (`m.replace`).
+    async fn edit_prompt(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        event_id: &EventId,
+        text: &PromptText,
+    ) -> Result<(), String>;
+    /// Posts an `m.notice` replying to `in_reply_to`.
+    async fn notice(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        in_reply_to: &EventId,
+        text: &str,
+    ) -> Result<(), String>;
+}
+
+/// `notifications/claude/channel` params: `{"content": string, "meta": {string: string}}`.
+pub fn channel_params(notification: &ChannelNotification) -> Value {
+    let meta: serde_json::Map<String, Value> = notification
+        .meta
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
+    json!({ "content": notification.content, "meta": meta })
+}
+
+/// `notifications/claude/channel/permission` params:
+/// `{"request_id": "abcde", "behavior": "allow" | "deny"}`.
+pub fn verdict_params(verdict: &PermissionVerdict) -> Value {
+    json!({
+        "request_id": verdict.request_id.as_str(),
+        "behavior": verdict.behavior.as_str(),
+    })
+}
+
+/// Milliseconds since the Unix epoch: the model's clock.
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or(0)
+}
+
+enum Command {
+    Input(Box<Input>),
+    Read(Box<dyn FnOnce(&Channel) + Send>),
+}
+
+/// A handle to the engine task; cheap to clone.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl EngineHandle {
+    /// Queues an input. Inputs are handled in the order they were submitted.
+    /// Errors: the engine has stopped.
+    pub fn submit(&self, input: Input) -> Result<(), EngineStopped> {
+        self.tx
+            .send(Command::Input(Box::new(input)))
+            .map_err(|_| EngineStopped)
+    }
+
+    /// Reads the model's state after every input submitted before this call.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Channel) -> T + Send + 'static,
+    ) -> Result<T, EngineStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Read(Box::new(move |c| {
+                let _ = tx.send(f(c));
+            })))
+            .map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+}
+
+/// The engine task is gone (the server is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("the engine has stopped")]
+pub struct EngineStopped;
+
+/// Where the engine keeps its state between transitions.
+pub trait Persist: Send + Sync + 'static {
+    fn save(&mut self, channel: &Channel);
+}
+
+/// Persists into the server's database, skipping writes when nothing changed.
+pub struct StorePersist {
+    store: Store,
+    last: String,
+}
+
+impl StorePersist {
+    pub fn new(store: Store) -> Self {
+        StorePersist {
+            store,
+            last: String::new(),
+        }
+    }
+}
+
+impl Persist for StorePersist {
+    fn save(&mut self, channel: &Channel) {
+        match serde_json::to_string(channel) {
+            Ok(json) if json != self.last => match self.store.save_model(&json) {
+                Ok(()) => self.last = json,
+                Err(e) => tracing::error!("saving the model state failed: {e}"),
+            },
+            Ok(_) => {}
+            Err(e) => tracing::error!("serialising the model state failed: {e}"),
+        }
+    }
+}
+
+/// Keeps nothing (tests).
+pub struct NoPersist;
+
+impl Persist for NoPersist {
+    fn save(&mut self, _: &Channel) {}
+}
+
+/// The inputs a restart owes the model: every effect that was in flight failed with
+/// the old process, and every session that was live is detached until its stream
+/// opens again.
+pub fn restart_inputs(channel: &Channel) -> Vec<Input> {
+    let mut inputs: Vec<Input> = channel
+        .in_flight_ids()
+        .into_iter()
+        .map(|id| Input::Completed {
+            id,
+            outcome: Outcome::Failed {
+                reason: "the server restarted".to_string(),
+            },
+        })
+        .collect();
+    for (identity, state) in channel.identities() {
+        for (session, s) in state.sessions() {
+            if *s == SessionState::Live {
+                inputs.push(Input::Detach {
+                    identity: identity.clone(),
+                    session: session.clone(),
+                });
+            }
+        }
+    }
+    inputs
+}
+
+/// Starts the engine task. `clock` gives the model's time (milliseconds).
+pub fn spawn<W: Wire, P: Persist>(
+    channel: Channel,
+    wire: std::sync::Arc<W>,
+    persist: P,
+    clock: fn() -> Millis,
+) -> (EngineHandle, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let engine = Engine {
+        tx: tx.clone(),
+        channel,
+        wire,
+        persist,
+        clock,
+    };
+    let task = tokio::spawn(engine.run(rx));
+    (EngineHandle { tx }, task)
+}
+
+struct Engine<W, P> {
+    tx: mpsc::UnboundedSender<Command>,
+    channel: Channel,
+    wire: std::sync::Arc<W>,
+    persist: P,
+    clock: fn() -> Millis,
+}
+
+impl<W: Wire, P: Persist> Engine<W, P> {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let sleep = match self.channel.next_deadline() {
+                Some(at) => Duration::from_millis(at.saturating_sub((self.clock)())),
+                None => Duration::from_secs(3600),
+            };
+            let command = tokio::select! {
+                command = rx.recv() => match command {
+                    Some(command) => command,
+                    None => return,
+                },
+                _ = tokio::time::sleep(sleep) => Command::Input(Box::new(Input::Tick)),
+            };
+            match command {
+                Command::Input(input) => self.step(*input).await,
+                Command::Read(f) => f(&self.channel),
+            }
+        }
+    }
+
+    /// Handles one input and everything it causes: outcomes of effects executed
+    /// inline are handled before the next input.
+    async fn step(&mut self, input: Input) {
+        let mut pending = std::collections::VecDeque::from([input]);
+        while let Some(input) = pending.pop_front() {
+            tracing::debug!(?input, "input");
+            let effects = self.channel.handle((self.clock)(), input);
+            self.persist.save(&self.channel);
+            for effect in effects {
+                if let Some(outcome) = self.execute(effect).await {
+                    pending.push_back(outcome);
+                }
+            }
+        }
+    }
+
+    /// Executes one effect. Notifications are written inline, in order (pushes to a
+    /// session must arrive in the order the model made them); Matrix sends run in
+    /// their own tasks and report back through the engine's queue.
+    async fn execute(&mut self, effect: Effect) -> Option<Input> {
+        match effect {
+            Effect::Push {
+                id,
+                identity: _,
+                session,
+                event_id: _,
+                notification,
+            } => {
+                let params = channel_params(&notification);
+                Some(completed(
+                    id,
+                    self.notify(&session, CHANNEL_METHOD, params).await,
+                ))
+            }
+            Effect::SendVerdict {
+                id,
+                identity: _,
+                session,
+                verdict,
+            } => {
+                let params = verdict_params(&verdict);
+                Some(completed(
+                    id,
+                    self.notify(&session, VERDICT_METHOD, params).await,
+                ))
+            }
+            Effect::PostPrompt {
+                id,
+                identity,
+                room,
+                request_id: _,
+                text,
+            } => {
+                let wire = self.wire.clone();
+                let tx = self.tx.clone();
+                let txn_id = format!("mc-prompt-{}", id.0);
+                tokio::spawn(async move {
+                    let outcome = match wire.post_prompt(&identity, &room, &text, &txn_id).await {
+                        Ok(event_id) => Outcome::Posted { event_id },
+                        Err(reason) => Outcome::Failed { reason },
+                    };
+                    let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
+                });
+                None
+            }
+            Effect::EditPrompt {
+                identity,
+                room,
+                event_id,
+                text,
+            } => {
+                let wire = self.wire.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = wire.edit_prompt(&identity, &room, &event_id, &text).await {
+                        tracing::warn!(%identity, %event_id, "editing a prompt failed: {e}");
+                    }
+                });
+                None
+            }
+            Effect::Notice {
+                identity,
+                room,
+                in_reply_to,
+                text,
+            } => {
+                let wire = self.wire.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = wire.notice(&identity, &room, &in_reply_to, &text).await {
+                        tracing::warn!(%identity, "posting a notice failed: {e}");
+                    }
+                });
+                None
+            }
+            Effect::Decided {
+                identity,
+                session,
+                request_id,
+                decision,
+                at,
+            } => {
+                tracing::info!(
+                    %identity, %session, request_id = request_id.as_str(),
+                    behavior = decision.behavior.as_str(), by = %decision.by, at,
+                    via = ?decision.via, "verdict"
+                );
+                None
+            }
+            Effect::Dropped {
+                identity,
+                event_id,
+                reason,
+            } => {
+                tracing::info!(identity = ?identity, event_id = ?event_id, reason = ?reason, "not acted on");
+                None
+            }
+        }
+    }
+
+    async fn notify(&self, session: &SessionId, method: &str, params: Value) -> Result<(), String> {
+        match tokio::time::timeout(NOTIFY_TIMEOUT, self.wire.notify(session, method, params)).await
+        {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "writing to the session took over {NOTIFY_TIMEOUT:?}"
+            )),
+        }
+    }
+}
+
+fn completed(id: EffectId, result: Result<(), String>) -> Input {
+    Input::Completed {
+        id,
+        outcome: match result {
+            Ok(()) => Outcome::Sent,
+            Err(reason) => Outcome::Failed { reason },
+        },
+    }
+}

@@ -1,0 +1,549 @@
+//! HTTP: the axum router with its two MCP mounts (`/mcp`, `/channel`), bearer-token
+//! authentication, the binding of MCP sessions to identities, and the rmcp hooks that
+//! make sessions durable: a [`SessionStore`] and an [`EventStore`] in SQLite, and a
+//! session manager that tells the engine when a channel session's stream opens and
+//! closes.
+//!
+//! Facts used (rmcp 3.11, measured, see AGENTS.md): without an event store rmcp
+//! replays its last 16 messages from the start on every new stream (duplicates) and
+//! loses older ones; with one, a resume by `Last-Event-ID` replays exactly what was
+//! missed, but does not re-attach the live channel, so our replay stream continues
+//! with a live tail. Sessions are not bound to tokens by rmcp: the middleware does it.
+
+use crate::engine::EngineHandle;
+use crate::store::Store;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+use mc_model::{IdentityId, Input, SessionId};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::{Peer, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, EventStoreError, EventStream, RestoreOutcome, SessionManager, SessionState,
+    SessionStore, SessionStoreError,
+};
+use rmcp::transport::streamable_http_server::session::{
+    ServerSseMessage, SessionId as McpSessionId,
+};
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Which MCP mount a session belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mount {
+    /// `/mcp`: every tool, no channel.
+    Tools,
+    /// `/channel`: the channel capabilities and the tools a channel session needs.
+    Channel,
+}
+
+impl Mount {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mount::Tools => "mcp",
+            Mount::Channel => "channel",
+        }
+    }
+
+    fn of_path(path: &str) -> Option<Mount> {
+        let first = path.trim_start_matches('/').split('/').next()?;
+        match first {
+            "mcp" => Some(Mount::Tools),
+            "channel" => Some(Mount::Channel),
+            _ => None,
+        }
+    }
+}
+
+/// The authenticated caller of a request: the token's identity.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub identity: String,
+}
+
+/// The live peers of MCP sessions, by session id: the engine's way to notify them.
+#[derive(Clone, Default)]
+pub struct Peers {
+    inner: Arc<Mutex<HashMap<String, Peer<RoleServer>>>>,
+}
+
+impl Peers {
+    /// Records the peer of the latest `initialize` of a session (a restored session
+    /// gets a new peer; the old one is dead).
+    pub fn insert(&self, session: &str, peer: Peer<RoleServer>) {
+        self.lock().insert(session.to_string(), peer);
+    }
+
+    pub fn get(&self, session: &str) -> Option<Peer<RoleServer>> {
+        self.lock().get(session).cloned()
+    }
+
+    pub fn remove(&self, session: &str) {
+        self.lock().remove(session);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<RoleServer>>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn unauthorized(message: &str) -> Response {
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(serde_json::json!({"error": "unauthorized", "message": message})),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(r#"Bearer realm="matrix-channel", error="invalid_token""#),
+    );
+    response
+}
+
+fn not_found(message: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({"error": "not_found", "message": message})),
+    )
+        .into_response()
+}
+
+/// State of the authentication middleware.
+#[derive(Clone)]
+pub struct AuthState {
+    pub store: Store,
+}
+
+/// Fails closed: every request needs `Authorization: Bearer <token>` naming a known
+/// token (401 with `WWW-Authenticate` otherwise); a request naming an MCP session
+/// must come from that session's identity and mount (404 otherwise: to anyone else
+/// the session does not exist). A new session is bound to the caller when rmcp
+/// answers its `initialize` with an `Mcp-Session-Id`.
+pub async fn authenticate(
+    State(state): State<AuthState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(token) = token else {
+        return unauthorized("missing bearer token: send `Authorization: Bearer <token>`");
+    };
+    let identity = match state.store.token_identity(token) {
+        Ok(Some(identity)) => identity,
+        Ok(None) => return unauthorized("unknown or revoked token"),
+        Err(e) => {
+            tracing::error!("token lookup failed: {e}");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    let Some(mount) = Mount::of_path(req.uri().path()) else {
+        return not_found("no such endpoint: use /mcp or /channel");
+    };
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(session) = &session {
+        match state.store.mcp_session_owner(session) {
+            Ok(Some((owner, owner_mount))) => {
+                if owner != identity || owner_mount != mount.as_str() {
+                    return not_found("session not found");
+                }
+            }
+            Ok(None) => return not_found("session not found"),
+            Err(e) => {
+                tracing::error!("session lookup failed: {e}");
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            }
+        }
+    }
+    req.extensions_mut().insert(Caller {
+        identity: identity.clone(),
+    });
+    let response = next.run(req).await;
+    if session.is_none() {
+        if let Some(new) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            if let Err(e) = state.store.bind_mcp_session(new, &identity, mount.as_str()) {
+                tracing::error!("binding session {new} failed: {e}");
+            }
+        }
+    }
+    response
+}
+
+/// rmcp's durable-session hook: the client's `initialize` params, in SQLite.
+pub struct SqliteSessionStore {
+    pub store: Store,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for SqliteSessionStore {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        match self.store.mcp_session_state(session_id)? {
+            Some(json) => Ok(Some(serde_json::from_str(&json)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        self.store
+            .set_mcp_session_state(session_id, &serde_json::to_string(state)?)?;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.store.delete_mcp_session(session_id)?;
+        Ok(())
+    }
+}
+
+/// SSE events kept per stream for resumption.
+const EVENTS_KEPT: i64 = 2_000;
+
+/// rmcp's resumption hook: every message of a session's streams gets an id that is
+/// unique across restarts (SQLite), and a resume replays exactly the events after
+/// `Last-Event-ID`, then stays open with the stream's live events.
+pub struct SqliteEventStore {
+    store: Store,
+    live: tokio::sync::broadcast::Sender<(i64, String, ServerSseMessage)>,
+}
+
+impl SqliteEventStore {
+    pub fn new(store: Store) -> Self {
+        SqliteEventStore {
+            store,
+            live: tokio::sync::broadcast::channel(1024).0,
+        }
+    }
+}
+
+fn sse_from_stored(
+    id: i64,
+    message: Option<&str>,
+    retry_ms: Option<i64>,
+) -> Result<ServerSseMessage, serde_json::Error> {
+    let mut event = match message {
+        Some(json) => {
+            let message: ServerJsonRpcMessage = serde_json::from_str(json)?;
+            ServerSseMessage::new(id.to_string(), message)
+        }
+        None => ServerSseMessage::priming(id.to_string(), Duration::from_millis(3000)),
+    };
+    event.retry = retry_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
+    Ok(event)
+}
+
+#[async_trait::async_trait]
+impl EventStore for SqliteEventStore {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<String, EventStoreError> {
+        let message = match &event.message {
+            Some(m) => Some(serde_json::to_string(m.as_ref())?),
+            None => None,
+        };
+        let retry = event.retry.map(|d| d.as_millis() as i64);
+        let id = self
+            .store
+            .append_event(stream_id, message.as_deref(), retry, EVENTS_KEPT)?;
+        let mut live = event.clone();
+        live.event_id = Some(id.to_string());
+        let _ = self.live.send((id, stream_id.to_string(), live));
+        Ok(id.to_string())
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        let after: i64 = last_event_id
+            .parse()
+            .map_err(|_| format!("Last-Event-ID {last_event_id:?} is not one of ours"))?;
+        let Some(stream) = self.store.event_stream(after)? else {
+            return Err(format!("Last-Event-ID {after} is unknown or expired").into());
+        };
+        // Subscribe before reading, so nothing falls between the two.
+        let mut rx = self.live.subscribe();
+        let stored = self.store.events_after(&stream, after)?;
+        let mut last = after;
+        let mut replay = Vec::with_capacity(stored.len());
+        for e in stored {
+            last = e.id;
+            replay.push(sse_from_stored(e.id, e.message.as_deref(), e.retry_ms)?);
+        }
+        let (tx, live) = tokio::sync::mpsc::channel::<ServerSseMessage>(64);
+        tokio::spawn(async move {
+            let mut last_seen = last;
+            loop {
+                match rx.recv().await {
+                    Ok((id, s, event)) if s == stream && id > last_seen => {
+                        last_seen = id;
+                        if tx.send(event).await.is_err() {
+                            return; // the client's stream is gone
+                        }
+                    }
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        // Closing makes the client resume from its last id.
+                        tracing::warn!("a resumed stream lagged {n} events behind; closing it");
+                        return;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        let mut live = live;
+        let live = futures::stream::poll_fn(move |cx| live.poll_recv(cx));
+        Ok(Box::pin(futures::stream::iter(replay).chain(live)))
+    }
+}
+
+/// The session manager of the `/channel` mount: rmcp's local manager, plus the
+/// engine's view of which sessions have their stream open (`Attach` when a
+/// session's first stream opens, `Detach` when its last one closes).
+///
+/// It also ends a session's streams when rmcp closes the session (idle expiry,
+/// DELETE): a resumed stream is ours (the event store's replay and live tail) and
+/// would otherwise stay open on a dead session, so the client would never reconnect
+/// and restore it.
+pub struct TrackingManager {
+    pub inner: LocalSessionManager,
+    pub tracker: Option<Arc<StreamTracker>>,
+    closers: Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>,
+}
+
+/// Counts open streams per session and tells the engine.
+pub struct StreamTracker {
+    pub store: Store,
+    pub engine: EngineHandle,
+    pub peers: Peers,
+    open: Mutex<HashMap<String, usize>>,
+}
+
+impl StreamTracker {
+    pub fn new(store: Store, engine: EngineHandle, peers: Peers) -> Self {
+        StreamTracker {
+            store,
+            engine,
+            peers,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn identity_of(&self, session: &str) -> Option<String> {
+        match self.store.mcp_session_owner(session) {
+            Ok(Some((identity, mount))) if mount == Mount::Channel.as_str() => Some(identity),
+            _ => None,
+        }
+    }
+
+    fn opened(self: &Arc<Self>, session: &str) -> Option<StreamGuard> {
+        let identity = self.identity_of(session)?;
+        let first = {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            let n = open.entry(session.to_string()).or_default();
+            *n += 1;
+            *n == 1
+        };
+        if first {
+            let _ = self.engine.submit(Input::Attach {
+                identity: IdentityId(identity.clone()),
+                session: SessionId(session.to_string()),
+            });
+        }
+        Some(StreamGuard {
+            tracker: self.clone(),
+            identity,
+            session: session.to_string(),
+        })
+    }
+
+    fn closed(&self, identity: &str, session: &str) {
+        let last = {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            match open.get_mut(session) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    open.remove(session);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            let _ = self.engine.submit(Input::Detach {
+                identity: IdentityId(identity.to_string()),
+                session: SessionId(session.to_string()),
+            });
+        }
+    }
+}
+
+/// Dropped with its stream: the stream closed.
+pub struct StreamGuard {
+    tracker: Arc<StreamTracker>,
+    identity: String,
+    session: String,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.tracker.closed(&self.identity, &self.session);
+    }
+}
+
+/// A stream carrying its [`StreamGuard`].
+pub struct Tracked<S> {
+    inner: Pin<Box<S>>,
+    _guard: Option<StreamGuard>,
+}
+
+impl<S: Stream<Item = ServerSseMessage>> Stream for Tracked<S> {
+    type Item = ServerSseMessage;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl TrackingManager {
+    pub fn new(inner: LocalSessionManager, tracker: Option<Arc<StreamTracker>>) -> Self {
+        TrackingManager {
+            inner,
+            tracker,
+            closers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn track<S>(
+        &self,
+        id: &McpSessionId,
+        stream: S,
+    ) -> Tracked<futures::stream::TakeUntil<S, ClosedFuture>>
+    where
+        S: Stream<Item = ServerSseMessage>,
+    {
+        let mut closed = {
+            let mut closers = self.closers.lock().unwrap_or_else(|e| e.into_inner());
+            closers
+                .entry(id.to_string())
+                .or_insert_with(|| tokio::sync::watch::channel(false).0)
+                .subscribe()
+        };
+        let until: ClosedFuture = Box::pin(async move {
+            let _ = closed.wait_for(|c| *c).await;
+        });
+        let guard = self.tracker.as_ref().and_then(|t| t.opened(id.as_ref()));
+        Tracked {
+            inner: Box::pin(stream.take_until(until)),
+            _guard: guard,
+        }
+    }
+
+    fn end_streams(&self, id: &McpSessionId) {
+        let closer = self
+            .closers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id.as_ref());
+        if let Some(closer) = closer {
+            let _ = closer.send(true);
+        }
+    }
+}
+
+/// Resolves when the session's streams must end.
+pub type ClosedFuture = Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>;
+
+impl SessionManager for TrackingManager {
+    type Error = <LocalSessionManager as SessionManager>::Error;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(McpSessionId, Self::Transport), Self::Error> {
+        self.inner.create_session().await
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &McpSessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &McpSessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &McpSessionId) -> Result<(), Self::Error> {
+        if let Some(t) = &self.tracker {
+            t.peers.remove(id.as_ref());
+        }
+        self.end_streams(id);
+        self.inner.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &McpSessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_stream(id, message).await
+    }
+
+    async fn accept_message(
+        &self,
+        id: &McpSessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &McpSessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.inner.create_standalone_stream(id).await?;
+        Ok(self.track(id, stream))
+    }
+
+    async fn resume(
+        &self,
+        id: &McpSessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.inner.resume(id, last_event_id).await?;
+        Ok(self.track(id, stream))
+    }
+
+    async fn restore_session(
+        &self,
+        id: McpSessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        self.inner.restore_session(id).await
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}

@@ -1,0 +1,12 @@
+#![recursion_limit = "256"]
+//! matrix-channel server.
+pub mod config;
+pub mod decode;
+pub mod engine;
+pub mod http;
+pub mod matrix;
+pub mod mcp;
+pub mod server;
+pub mod split;
+pub mod store;
+pub mod summary;

@@ -1,0 +1,192 @@
+//! The `matrix-channel` command line.
+
+use anyhow::{anyhow, Context as _};
+use clap::{Parser, Subcommand};
+use mc_server::config::Config;
+use mc_server::store::Store;
+use std::io::BufRead as _;
+use std::path::PathBuf;
+
+/// Claude Code sessions from Matrix: MCP tools, a channel and a permission relay.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The TOML config file. Every key can be overridden by an environment variable
+    /// (`MATRIX_CHANNEL_LISTEN`, `MATRIX_CHANNEL_IDENTITIES__BOT__SETTLE_MS`, ...).
+    #[arg(
+        long,
+        env = "MATRIX_CHANNEL_CONFIG",
+        default_value = "matrix-channel.toml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP over streamable HTTP (`/mcp` and `/channel`).
+    Serve,
+    /// Log an identity in to its homeserver with a password, once. The password is
+    /// read from MATRIX_CHANNEL_PASSWORD, or else from the first line of stdin.
+    Login {
+        #[arg(long)]
+        identity: String,
+    },
+    /// Bearer tokens for MCP clients.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// The config file.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token for one identity; it is printed once and stored only hashed.
+    Create {
+        #[arg(long)]
+        identity: String,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List tokens (ids, identities, labels; never the secrets).
+    List,
+    /// Revoke a token by the id `token list` shows.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate the config (file and environment) and say exactly what is wrong.
+    Check,
+}
+
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(|e| anyhow!("{e}"))
+}
+
+fn init_logs(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn read_password() -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var("MATRIX_CHANNEL_PASSWORD") {
+        return Ok(p);
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password from stdin")?;
+    let password = line.trim_end_matches(['\r', '\n']).to_string();
+    if password.is_empty() {
+        return Err(anyhow!(
+            "no password: set MATRIX_CHANNEL_PASSWORD or write it on stdin"
+        ));
+    }
+    Ok(password)
+}
+
+fn known_identity(config: &Config, identity: &str) -> anyhow::Result<()> {
+    if config.identities.contains_key(identity) {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "no identity {identity:?} in the config (known: {})",
+            config
+                .identities
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => match Config::load(&cli.config) {
+            Ok(config) => {
+                println!(
+                    "{}: ok ({} identities)",
+                    cli.config.display(),
+                    config.identities.len()
+                );
+                Ok(())
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                Err(anyhow!("{}: the config is not valid", cli.config.display()))
+            }
+        },
+        Command::Serve => {
+            let config = load(&cli.config)?;
+            init_logs(&config.log);
+            mc_server::server::serve(config).await
+        }
+        Command::Login { identity } => {
+            let config = load(&cli.config)?;
+            init_logs(&config.log);
+            known_identity(&config, &identity)?;
+            let store = Store::open(&config.store_dir)?;
+            if mc_server::matrix::is_logged_in(&store, &identity)? {
+                println!("identity {identity} is already logged in");
+                return Ok(());
+            }
+            let password = read_password()?;
+            let settings = &config.identities[&identity];
+            let device = mc_server::matrix::login(&store, &identity, settings, &password).await?;
+            println!(
+                "identity {identity}: logged in as {} (device {device})",
+                settings.user_id
+            );
+            Ok(())
+        }
+        Command::Token { command } => {
+            let config = load(&cli.config)?;
+            let store = Store::open(&config.store_dir)?;
+            match command {
+                TokenCommand::Create { identity, label } => {
+                    known_identity(&config, &identity)?;
+                    println!("{}", store.create_token(&identity, &label)?);
+                }
+                TokenCommand::List => {
+                    for t in store.list_tokens()? {
+                        println!("{}\t{}\t{}\t{}", t.id, t.identity, t.created_at, t.label);
+                    }
+                }
+                TokenCommand::Revoke { id } => {
+                    if !store.revoke_token(&id)? {
+                        return Err(anyhow!("no token with id {id:?} (see `token list`)"));
+                    }
+                    println!("revoked {id}");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("matrix-channel: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

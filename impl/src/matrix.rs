@@ -1,0 +1,289 @@
+//! Matrix through matrix-sdk: one client per identity, its login and persistent
+//! session, the sync loop whose handlers turn events into model inputs, and the
+//! Matrix half of the engine's [`crate::engine::Wire`].
+//!
+//! Facts this code relies on (measured against Synapse 1.163, see AGENTS.md):
+//! `restore_session` needs the same sqlite store dir it was created with; the first
+//! sync of a new device replays recent history to handlers (so it runs before the
+//! handlers are added); our own events come back to our handlers (the model drops
+//! them as `OwnEvent`); an event redacted before it was seen arrives redacted.
+
+use crate::config::IdentitySettings;
+use crate::decode::{self, Decoded};
+use crate::engine::EngineHandle;
+use crate::store::Store;
+use anyhow::{anyhow, Context as _};
+use matrix_sdk::authentication::matrix::MatrixSession;
+use matrix_sdk::config::SyncSettings;
+use matrix_sdk::event_handler::RawEvent;
+use matrix_sdk::ruma::api::client::filter::{FilterDefinition, RoomEventFilter, RoomFilter};
+use matrix_sdk::ruma::api::client::sync::sync_events::v3::Filter;
+use matrix_sdk::ruma::events::room::member::StrippedRoomMemberEvent;
+use matrix_sdk::ruma::events::AnySyncTimelineEvent;
+use matrix_sdk::{Client, Room, RoomState};
+use mc_model::{IdentityId, Input};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What the server keeps of an identity's Matrix login, next to its sqlite stores.
+#[derive(Serialize, Deserialize)]
+struct StoredSession {
+    session: MatrixSession,
+    /// Whether the first sync (which replays history) has been done.
+    synced: bool,
+}
+
+/// Builds the identity's client on its persistent store (without logging in).
+pub async fn build_client(
+    store: &Store,
+    name: &str,
+    settings: &IdentitySettings,
+) -> anyhow::Result<Client> {
+    let dir = store.matrix_dir(name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Client::builder()
+        .homeserver_url(&settings.homeserver)
+        .sqlite_store(&dir, None)
+        .respect_login_well_known(false)
+        .build()
+        .await
+        .with_context(|| format!("identity {name}: building the Matrix client"))
+}
+
+/// Whether the identity has a stored Matrix session.
+pub fn is_logged_in(store: &Store, name: &str) -> anyhow::Result<bool> {
+    Ok(store.matrix_session(name)?.is_some())
+}
+
+/// Logs the identity in with a password, once: a new device whose session and keys
+/// persist in the identity's store. Returns the device id.
+/// Errors: wrong password or user (the homeserver's message), unreachable homeserver,
+/// or an existing session (log in again only with a fresh store: reusing a device id
+/// with a new crypto store forks its keys).
+pub async fn login(
+    store: &Store,
+    name: &str,
+    settings: &IdentitySettings,
+    password: &str,
+) -> anyhow::Result<String> {
+    if is_logged_in(store, name)? {
+        return Err(anyhow!("identity {name} is already logged in"));
+    }
+    let client = build_client(store, name, settings).await?;
+    client
+        .matrix_auth()
+        .login_username(settings.user_id.as_str(), password)
+        .initial_device_display_name("matrix-channel")
+        .send()
+        .await
+        .with_context(|| format!("identity {name}: logging in as {}", settings.user_id))?;
+    let session = client
+        .matrix_auth()
+        .session()
+        .ok_or_else(|| anyhow!("identity {name}: no session after login"))?;
+    if session.meta.user_id != settings.user_id {
+        return Err(anyhow!(
+            "identity {name}: logged in as {} but the config says {}",
+            session.meta.user_id,
+            settings.user_id
+        ));
+    }
+    let device = session.meta.device_id.to_string();
+    let stored = StoredSession {
+        session,
+        synced: false,
+    };
+    store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
+    Ok(device)
+}
+
+/// A logged-in identity, syncing.
+#[derive(Clone)]
+pub struct Identity {
+    pub name: String,
+    pub client: Client,
+    pub settings: IdentitySettings,
+}
+
+/// Restores the identity's session on its store. Errors: not logged in (run
+/// `matrix-channel login`), or the store cannot be opened.
+pub async fn restore(
+    store: &Store,
+    name: &str,
+    settings: &IdentitySettings,
+) -> anyhow::Result<(Identity, bool)> {
+    let json = store.matrix_session(name)?.ok_or_else(|| {
+        anyhow!("identity {name} is not logged in: run `matrix-channel login --identity {name}`")
+    })?;
+    let stored: StoredSession = serde_json::from_str(&json)?;
+    if stored.session.meta.user_id != settings.user_id {
+        return Err(anyhow!(
+            "identity {name}: the stored session is for {} but the config says {}",
+            stored.session.meta.user_id,
+            settings.user_id
+        ));
+    }
+    let client = build_client(store, name, settings).await?;
+    client
+        .restore_session(stored.session)
+        .await
+        .with_context(|| format!("identity {name}: restoring the Matrix session"))?;
+    Ok((
+        Identity {
+            name: name.to_string(),
+            client,
+            settings: settings.clone(),
+        },
+        stored.synced,
+    ))
+}
+
+fn sync_filter() -> Filter {
+    let mut timeline = RoomEventFilter::default();
+    timeline.limit = Some(50u32.into());
+    let mut room = RoomFilter::default();
+    room.timeline = timeline;
+    let mut definition = FilterDefinition::default();
+    definition.room = room;
+    // Presence updates wake the long poll for nothing (measured: a third of the
+    // sends landed ~700 ms late without this).
+    definition.presence.not_types = vec!["*".to_string()];
+    Filter::FilterDefinition(definition)
+}
+
+/// Starts the identity: the first sync (skipping history on a new device), the
+/// handlers, then the sync loop in a task. Returns when the first sync is done.
+pub async fn start(
+    store: &Store,
+    identity: &Identity,
+    synced: bool,
+    engine: EngineHandle,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let client = identity.client.clone();
+    let name = identity.name.clone();
+    let settings = SyncSettings::default().filter(sync_filter());
+    if !synced {
+        // A new device's first sync replays recent history: not input.
+        client
+            .sync_once(settings.clone().timeout(Duration::ZERO))
+            .await
+            .with_context(|| format!("identity {name}: first sync"))?;
+        if let Some(json) = store.matrix_session(&name)? {
+            let mut stored: StoredSession = serde_json::from_str(&json)?;
+            stored.synced = true;
+            store.save_matrix_session(&name, &serde_json::to_string(&stored)?)?;
+        }
+    }
+    add_handlers(identity, engine);
+    // Catch up on what happened while the server was down, before saying ready.
+    let response = client
+        .sync_once(settings.clone().timeout(Duration::ZERO))
+        .await
+        .with_context(|| format!("identity {name}: catch-up sync"))?;
+    let settings = settings.token(response.next_batch);
+    Ok(tokio::spawn(async move {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match client.sync(settings.clone()).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(identity = %name, "sync failed, retrying in {backoff:?}: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }))
+}
+
+fn add_handlers(identity: &Identity, engine: EngineHandle) {
+    let id = IdentityId(identity.name.clone());
+    let allowed = identity.settings.allowed_senders.clone();
+    identity.client.add_event_handler(
+        move |ev: StrippedRoomMemberEvent, room: Room, client: Client| {
+            let allowed = allowed.clone();
+            async move {
+                // Join rooms an allowed sender invited us to; ignore everyone else.
+                if Some(ev.state_key.as_ref()) != client.user_id()
+                    || room.state() != RoomState::Invited
+                    || !allowed.contains(&ev.sender)
+                {
+                    return;
+                }
+                if let Err(e) = room.join().await {
+                    tracing::warn!(room = %room.room_id(), "joining on invite failed: {e}");
+                }
+            }
+        },
+    );
+    identity.client.add_event_handler(
+        move |_ev: AnySyncTimelineEvent, room: Room, raw: RawEvent| {
+            let engine = engine.clone();
+            let id = id.clone();
+            async move {
+                if room.state() != RoomState::Joined {
+                    return;
+                }
+                match timeline_input(&id, &room, raw.0.get()).await {
+                    Ok(Some(input)) => {
+                        let _ = engine.submit(input);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(room = %room.room_id(), "undecodable event: {e}"),
+                }
+            }
+        },
+    );
+}
+
+/// Decodes one timeline event into a model input, resolving what the model cannot:
+/// a reply's parent (fetched from the homeserver) and the sender's display name.
+pub async fn timeline_input(
+    identity: &IdentityId,
+    room: &Room,
+    raw: &str,
+) -> anyhow::Result<Option<Input>> {
+    let room_id = mc_model::RoomId(room.room_id().to_string());
+    let decoded = decode::decode_timeline_event(&room_id, raw)?;
+    Ok(match decoded {
+        Decoded::Message(mut message) => {
+            if let Some(target) = decode::reply_target(&message).cloned() {
+                let parent = match fetch_raw(room, &target.0).await {
+                    Some(json) => decode::parent_from_event(&json),
+                    None => None,
+                };
+                decode::set_reply_parent(&mut message, parent);
+            }
+            if let Ok(sender) = matrix_sdk::ruma::UserId::parse(&message.sender.0) {
+                if let Ok(Some(member)) = room.get_member_no_sync(&sender).await {
+                    message.sender_name = member.display_name().map(str::to_string);
+                }
+            }
+            Some(Input::Message {
+                identity: identity.clone(),
+                message,
+            })
+        }
+        Decoded::Reaction(reaction) => Some(Input::Reaction {
+            identity: identity.clone(),
+            reaction,
+        }),
+        Decoded::Redaction(redaction) => Some(Input::Redaction {
+            identity: identity.clone(),
+            redaction,
+        }),
+        Decoded::Ignored(_) => None,
+    })
+}
+
+/// Fetches an event's JSON from the homeserver, `None` when it cannot be read.
+pub async fn fetch_raw(room: &Room, event_id: &str) -> Option<String> {
+    let id = matrix_sdk::ruma::EventId::parse(event_id).ok()?;
+    match room.event(&id, None).await {
+        Ok(event) => Some(event.raw().json().get().to_string()),
+        Err(e) => {
+            tracing::debug!(%event_id, "fetching an event failed: {e}");
+            None
+        }
+    }
+}

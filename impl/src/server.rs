@@ -1,0 +1,262 @@
+//! `matrix-channel serve`: wires the store, the model engine, the Matrix clients and
+//! the HTTP mounts together, and implements the engine's [`Wire`] over MCP peers and
+//! Matrix rooms.
+
+use crate::config::Config;
+use crate::engine::{self, restart_inputs, EngineHandle, StorePersist, Wire};
+use crate::http::{
+    authenticate, AuthState, Mount, Peers, SqliteEventStore, SqliteSessionStore, StreamTracker,
+    TrackingManager,
+};
+use crate::matrix::{self, Identity};
+use crate::mcp::{App, McpServer};
+use crate::store::Store;
+use anyhow::{anyhow, Context as _};
+use async_trait::async_trait;
+use matrix_sdk::room::edit::EditedContent;
+use matrix_sdk::ruma::events::relation::{InReplyTo, Reply};
+use matrix_sdk::ruma::events::room::message::{
+    Relation, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
+};
+use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId};
+use matrix_sdk::{Room, RoomState};
+use mc_model::{Channel, EventId, IdentityId, PromptText, RoomId, SessionId};
+use rmcp::model::{CustomNotification, ServerNotification};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The engine's wire in production: MCP sessions through their peers, Matrix through
+/// each identity's client.
+pub struct LiveWire {
+    pub peers: Peers,
+    pub identities: BTreeMap<String, Identity>,
+}
+
+impl LiveWire {
+    fn joined_room(&self, identity: &IdentityId, room: &RoomId) -> Result<Room, String> {
+        let identity = self
+            .identities
+            .get(identity.as_str())
+            .ok_or_else(|| format!("unknown identity {identity}"))?;
+        let id = OwnedRoomId::try_from(room.as_str()).map_err(|e| format!("room {room}: {e}"))?;
+        match identity.client.get_room(&id) {
+            Some(room) if room.state() == RoomState::Joined => Ok(room),
+            _ => Err(format!(
+                "{} is not joined to {room}",
+                identity.settings.user_id
+            )),
+        }
+    }
+}
+
+fn event_id(id: &EventId) -> Result<OwnedEventId, String> {
+    OwnedEventId::try_from(id.as_str()).map_err(|e| format!("event {id}: {e}"))
+}
+
+#[async_trait]
+impl Wire for LiveWire {
+    async fn notify(&self, session: &SessionId, method: &str, params: Value) -> Result<(), String> {
+        let peer = self
+            .peers
+            .get(session.as_str())
+            .ok_or_else(|| format!("session {session} has no peer"))?;
+        let notification = CustomNotification::new(method, Some(params));
+        peer.send_notification(ServerNotification::CustomNotification(notification))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn post_prompt(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        text: &PromptText,
+        txn_id: &str,
+    ) -> Result<EventId, String> {
+        let room = self.joined_room(identity, room)?;
+        let content = RoomMessageEventContent::text_html(&text.plain, &text.html);
+        let response = room
+            .send(content)
+            .with_transaction_id(OwnedTransactionId::from(txn_id.to_string()))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(EventId(response.response.event_id.to_string()))
+    }
+
+    async fn edit_prompt(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        event_id_: &EventId,
+        text: &PromptText,
+    ) -> Result<(), String> {
+        let room = self.joined_room(identity, room)?;
+        let target = event_id(event_id_)?;
+        let edit = room
+            .make_edit_event(
+                &target,
+                EditedContent::RoomMessage(RoomMessageEventContentWithoutRelation::text_html(
+                    &text.plain,
+                    &text.html,
+                )),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        room.send(edit).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    async fn notice(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        in_reply_to: &EventId,
+        text: &str,
+    ) -> Result<(), String> {
+        let room = self.joined_room(identity, room)?;
+        let mut content = RoomMessageEventContent::notice_plain(text);
+        content.relates_to = Some(Relation::Reply(Reply::new(InReplyTo::new(event_id(
+            in_reply_to,
+        )?))));
+        room.send(content).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// Loads the model state (or starts empty) and applies the configured identities.
+/// Errors: the stored state is unreadable, or an identity's settings are invalid.
+pub fn load_channel(store: &Store, config: &Config) -> anyhow::Result<Channel> {
+    let mut channel = match store.load_model()? {
+        Some(json) => serde_json::from_str(&json).context("the stored model state")?,
+        None => Channel::new(),
+    };
+    for (name, settings) in &config.identities {
+        channel
+            .add_identity(IdentityId(name.clone()), settings.model_config())
+            .map_err(|e| anyhow!("identities.{name}: {e}"))?;
+    }
+    Ok(channel)
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let store = Store::open(&config.store_dir)?;
+    let channel = load_channel(&store, &config)?;
+    let owed = restart_inputs(&channel);
+
+    let mut identities = BTreeMap::new();
+    let mut synced = BTreeMap::new();
+    for (name, settings) in &config.identities {
+        let (identity, was_synced) = matrix::restore(&store, name, settings).await?;
+        synced.insert(name.clone(), was_synced);
+        identities.insert(name.clone(), identity);
+    }
+
+    let peers = Peers::default();
+    let wire = Arc::new(LiveWire {
+        peers: peers.clone(),
+        identities: identities.clone(),
+    });
+    let (engine, _engine_task) = engine::spawn(
+        channel,
+        wire,
+        StorePersist::new(store.clone()),
+        engine::now_ms,
+    );
+    for input in owed {
+        engine.submit(input)?;
+    }
+
+    let mut sync_tasks = Vec::new();
+    for (name, identity) in &identities {
+        sync_tasks.push(matrix::start(&store, identity, synced[name], engine.clone()).await?);
+    }
+
+    let router = router(&config, store.clone(), engine.clone(), peers, identities);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    println!("matrix-channel: listening on http://{addr}");
+    tracing::info!(%addr, "listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    for task in sync_tasks {
+        task.abort();
+    }
+    Ok(())
+}
+
+/// The HTTP router: `/mcp` and `/channel` behind bearer authentication.
+pub fn router(
+    config: &Config,
+    store: Store,
+    engine: EngineHandle,
+    peers: Peers,
+    identities: BTreeMap<String, Identity>,
+) -> axum::Router {
+    let app = Arc::new(App {
+        identities,
+        engine: engine.clone(),
+        peers: peers.clone(),
+        max_download_bytes: config.max_download_bytes,
+    });
+    let event_store = Arc::new(SqliteEventStore::new(store.clone()));
+    let idle = match config.session_idle_secs {
+        0 => None,
+        secs => Some(Duration::from_secs(secs)),
+    };
+    let manager = |tracker: Option<Arc<StreamTracker>>| {
+        let mut inner = LocalSessionManager::default().with_event_store(event_store.clone());
+        inner.session_config.keep_alive = idle;
+        Arc::new(TrackingManager::new(inner, tracker))
+    };
+    let mut http_config =
+        StreamableHttpServerConfig::default().with_allowed_hosts(config.allowed_hosts.clone());
+    http_config.session_store = Some(Arc::new(SqliteSessionStore {
+        store: store.clone(),
+    }));
+    let tracker = Arc::new(StreamTracker::new(store.clone(), engine, peers));
+    let channel_app = app.clone();
+    let channel = StreamableHttpService::new(
+        move || Ok(McpServer::new(Mount::Channel, channel_app.clone())),
+        manager(Some(tracker)),
+        http_config.clone(),
+    );
+    let tools = StreamableHttpService::new(
+        move || Ok(McpServer::new(Mount::Tools, app.clone())),
+        manager(None),
+        http_config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", tools)
+        .nest_service("/channel", channel)
+        .layer(axum::middleware::from_fn_with_state(
+            AuthState { store },
+            authenticate,
+        ))
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,500 @@
+//! The server's own SQLite database (`<store_dir>/matrix-channel.sqlite3`, through
+//! rusqlite): bearer tokens (hashed), the model state, each identity's Matrix session,
+//! MCP sessions and the SSE events kept for resumption.
+//!
+//! Each identity's matrix-sdk stores (state, crypto, event cache, media) live apart, in
+//! `<store_dir>/identities/<name>/matrix/`, paired with the session kept here.
+//!
+//! Every call is one short statement or transaction under a mutex; callers on the
+//! async runtime accept that brief block (SQLite in WAL mode, `synchronous = NORMAL`).
+
+use rusqlite::{params, Connection, OptionalExtension};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A failure of the server's database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("stored JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("creating {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A token as listed: never the secret itself.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TokenInfo {
+    /// Short public id (the first 12 hex digits of the hash), for `token revoke`.
+    pub id: String,
+    pub identity: String,
+    pub label: String,
+    /// Seconds since the Unix epoch.
+    pub created_at: i64,
+}
+
+/// One stored SSE event (see [`crate::http::events`]).
+#[derive(Clone, Debug)]
+pub struct StoredEvent {
+    pub id: i64,
+    pub stream: String,
+    /// The JSON-RPC message, `None` for a priming event.
+    pub message: Option<String>,
+    pub retry_ms: Option<i64>,
+}
+
+/// The database handle; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+    dir: PathBuf,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    hash BLOB NOT NULL UNIQUE,
+    identity TEXT NOT NULL,
+    label TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS model_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS matrix_sessions (
+    identity TEXT PRIMARY KEY,
+    json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS mcp_sessions (
+    id TEXT PRIMARY KEY,
+    identity TEXT NOT NULL,
+    mount TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS mcp_session_states (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sse_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT NOT NULL,
+    message TEXT,
+    retry_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS sse_events_stream ON sse_events (stream, id);
+";
+
+/// Token secrets start with this, so a leaked one is recognisable.
+pub const TOKEN_PREFIX: &str = "mct_";
+
+fn token_hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `dir`.
+    /// Errors: the directory cannot be created or the database cannot be opened.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join("matrix-channel.sqlite3");
+        let conn = Connection::open(&path).map_err(|source| StoreError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Where an identity's matrix-sdk stores live.
+    pub fn matrix_dir(&self, identity: &str) -> PathBuf {
+        self.dir.join("identities").join(identity).join("matrix")
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves the connection usable.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates a bearer token for `identity` and returns the secret, which is stored
+    /// only as its SHA-256 hash (the secret has 256 random bits, so no slow hash is
+    /// needed). Shape: `mct_` followed by 43 base64url characters.
+    pub fn create_token(&self, identity: &str, label: &str) -> Result<String, StoreError> {
+        use base64::Engine;
+        let secret: [u8; 32] = rand::random();
+        let token = format!(
+            "{TOKEN_PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
+        );
+        let hash = token_hash(&token);
+        let id = hex(&hash[..6]);
+        self.conn().execute(
+            "INSERT INTO tokens (id, hash, identity, label, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, hash, identity, label, unix_secs()],
+        )?;
+        Ok(token)
+    }
+
+    /// The identity a token belongs to, or `None` for an unknown or revoked token.
+    pub fn token_identity(&self, token: &str) -> Result<Option<String>, StoreError> {
+        let hash = token_hash(token);
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT identity FROM tokens WHERE hash = ?1",
+                params![hash],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Every token, oldest first.
+    pub fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, identity, label, created_at FROM tokens ORDER BY created_at, id",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok(TokenInfo {
+                id: row.get(0)?,
+                identity: row.get(1)?,
+                label: row.get(2)?,
+                created_at: row.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Revokes the token with public id `id`. Returns whether one was revoked.
+    pub fn revoke_token(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .execute("DELETE FROM tokens WHERE id = ?1", params![id])?
+            > 0)
+    }
+
+    /// The persisted model state (JSON of [`mc_model::Channel`]).
+    pub fn load_model(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT json FROM model_state WHERE id = 1", [], |row| {
+                row.get(0)
+            })
+            .optional()?)
+    }
+
+    /// Replaces the persisted model state.
+    pub fn save_model(&self, json: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO model_state (id, json) VALUES (1, ?1)
+             ON CONFLICT (id) DO UPDATE SET json = excluded.json",
+            params![json],
+        )?;
+        Ok(())
+    }
+
+    /// An identity's Matrix session (matrix-sdk `MatrixSession` JSON).
+    pub fn matrix_session(&self, identity: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT json FROM matrix_sessions WHERE identity = ?1",
+                params![identity],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn save_matrix_session(&self, identity: &str, json: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO matrix_sessions (identity, json) VALUES (?1, ?2)
+             ON CONFLICT (identity) DO UPDATE SET json = excluded.json",
+            params![identity, json],
+        )?;
+        Ok(())
+    }
+
+    /// Binds an MCP session id to the identity and mount that created it.
+    pub fn bind_mcp_session(
+        &self,
+        id: &str,
+        identity: &str,
+        mount: &str,
+    ) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO mcp_sessions (id, identity, mount) VALUES (?1, ?2, ?3)
+             ON CONFLICT (id) DO NOTHING",
+            params![id, identity, mount],
+        )?;
+        Ok(())
+    }
+
+    /// `(identity, mount)` an MCP session is bound to.
+    pub fn mcp_session_owner(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT identity, mount FROM mcp_sessions WHERE id = ?1",
+                params![id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?)
+    }
+
+    pub fn set_mcp_session_state(&self, id: &str, state: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO mcp_session_states (id, state) VALUES (?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET state = excluded.state",
+            params![id, state],
+        )?;
+        Ok(())
+    }
+
+    pub fn mcp_session_state(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT state FROM mcp_session_states WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn delete_mcp_session(&self, id: &str) -> Result<(), StoreError> {
+        let conn = self.conn();
+        conn.execute("DELETE FROM mcp_sessions WHERE id = ?1", params![id])?;
+        conn.execute("DELETE FROM mcp_session_states WHERE id = ?1", params![id])?;
+        conn.execute(
+            "DELETE FROM sse_events WHERE stream LIKE ?1 || ':%'",
+            params![id],
+        )?;
+        Ok(())
+    }
+
+    /// Appends an SSE event and returns its id (unique across restarts). Keeps the last
+    /// `keep` events of the stream.
+    pub fn append_event(
+        &self,
+        stream: &str,
+        message: Option<&str>,
+        retry_ms: Option<i64>,
+        keep: i64,
+    ) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO sse_events (stream, message, retry_ms) VALUES (?1, ?2, ?3)",
+            params![stream, message, retry_ms],
+        )?;
+        let id = conn.last_insert_rowid();
+        if id % 64 == 0 {
+            conn.execute(
+                "DELETE FROM sse_events WHERE stream = ?1 AND id <= ?2 - ?3",
+                params![stream, id, keep],
+            )?;
+        }
+        Ok(id)
+    }
+
+    /// The stream an event belongs to.
+    pub fn event_stream(&self, id: i64) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT stream FROM sse_events WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    /// The events of `stream` after `after`, oldest first.
+    pub fn events_after(&self, stream: &str, after: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, stream, message, retry_ms FROM sse_events
+             WHERE stream = ?1 AND id > ?2 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![stream, after], |row| {
+            Ok(StoredEvent {
+                id: row.get(0)?,
+                stream: row.get(1)?,
+                message: row.get(2)?,
+                retry_ms: row.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn unix_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempdir::Dir, Store) {
+        let dir = tempdir::Dir::new();
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    /// A throw-away directory, removed on drop.
+    mod tempdir {
+        pub struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Dir {
+                let path = std::env::temp_dir().join(format!(
+                    "mc-store-test-{}-{}",
+                    std::process::id(),
+                    rand::random::<u64>()
+                ));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir(path)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_maps_to_its_identity_and_is_stored_only_hashed() {
+        let (dir, store) = store();
+        let token = store.create_token("bot", "cli").unwrap();
+        assert!(token.starts_with(TOKEN_PREFIX));
+        assert_eq!(token.len(), TOKEN_PREFIX.len() + 43);
+        assert_eq!(
+            store.token_identity(&token).unwrap().as_deref(),
+            Some("bot")
+        );
+        assert_eq!(store.token_identity("mct_wrong").unwrap(), None);
+        let raw = std::fs::read(dir.path().join("matrix-channel.sqlite3")).unwrap();
+        let secret = token.as_bytes();
+        assert!(!raw.windows(secret.len()).any(|w| w == secret));
+    }
+
+    #[test]
+    fn two_tokens_differ_and_revoking_one_keeps_the_other() {
+        let (_dir, store) = store();
+        let a = store.create_token("bot", "a").unwrap();
+        let b = store.create_token("other", "b").unwrap();
+        assert_ne!(a, b);
+        let list = store.list_tokens().unwrap();
+        assert_eq!(list.len(), 2);
+        let a_id = list.iter().find(|t| t.label == "a").unwrap().id.clone();
+        assert_eq!(a_id.len(), 12);
+        assert!(store.revoke_token(&a_id).unwrap());
+        assert!(!store.revoke_token(&a_id).unwrap());
+        assert_eq!(store.token_identity(&a).unwrap(), None);
+        assert_eq!(store.token_identity(&b).unwrap().as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn model_state_and_sessions_survive_reopening() {
+        let dir = tempdir::Dir::new();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.save_model("{\"a\":1}").unwrap();
+            store.save_model("{\"a\":2}").unwrap();
+            store.save_matrix_session("bot", "{}").unwrap();
+            store.bind_mcp_session("s1", "bot", "channel").unwrap();
+            store.set_mcp_session_state("s1", "{\"x\":1}").unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.load_model().unwrap().as_deref(), Some("{\"a\":2}"));
+        assert_eq!(store.matrix_session("bot").unwrap().as_deref(), Some("{}"));
+        assert_eq!(store.matrix_session("nobody").unwrap(), None);
+        assert_eq!(
+            store.mcp_session_owner("s1").unwrap(),
+            Some(("bot".to_string(), "channel".to_string()))
+        );
+        assert_eq!(
+            store.mcp_session_state("s1").unwrap().as_deref(),
+            Some("{\"x\":1}")
+        );
+        store.delete_mcp_session("s1").unwrap();
+        assert_eq!(store.mcp_session_owner("s1").unwrap(), None);
+    }
+
+    #[test]
+    fn a_session_binding_is_never_overwritten() {
+        let (_dir, store) = store();
+        store.bind_mcp_session("s1", "bot", "channel").unwrap();
+        store.bind_mcp_session("s1", "evil", "mcp").unwrap();
+        assert_eq!(
+            store.mcp_session_owner("s1").unwrap(),
+            Some(("bot".to_string(), "channel".to_string()))
+        );
+    }
+
+    #[test]
+    fn events_are_replayed_after_an_id_within_their_stream_only() {
+        let (_dir, store) = store();
+        let a1 = store
+            .append_event("s:common", Some("1"), None, 100)
+            .unwrap();
+        let b1 = store
+            .append_event("t:common", Some("x"), None, 100)
+            .unwrap();
+        let a2 = store
+            .append_event("s:common", None, Some(3000), 100)
+            .unwrap();
+        assert!(a1 < b1 && b1 < a2);
+        assert_eq!(store.event_stream(b1).unwrap().as_deref(), Some("t:common"));
+        assert_eq!(store.event_stream(999).unwrap(), None);
+        let after = store.events_after("s:common", a1).unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].id, a2);
+        assert_eq!(after[0].message, None);
+        assert_eq!(after[0].retry_ms, Some(3000));
+        store.delete_mcp_session("s").unwrap();
+        assert!(store.events_after("s:common", 0).unwrap().is_empty());
+        assert_eq!(store.events_after("t:common", 0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn old_events_of_a_stream_are_pruned_to_the_kept_count() {
+        let (_dir, store) = store();
+        for i in 0..200 {
+            store
+                .append_event("s:common", Some(&i.to_string()), None, 10)
+                .unwrap();
+        }
+        let left = store.events_after("s:common", 0).unwrap();
+        assert!(left.len() < 200 && left.len() >= 10, "{}", left.len());
+        assert_eq!(left.last().unwrap().message.as_deref(), Some("199"));
+    }
+}
