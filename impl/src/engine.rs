@@ -383,3 +383,388 @@ fn completed(id: EffectId, result: Result<(), String>) -> Input {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mc_model::{
+        Behavior, IdentityConfig, Message, MessageContent, MsgType, PermissionRequest, RequestId,
+        UserId,
+    };
+    use std::sync::{Arc, Mutex};
+
+    const ALICE: &str = "@alice:hs";
+
+    /// Records every wire call; fails notifications to sessions in `failing`.
+    #[derive(Default)]
+    struct FakeWire {
+        calls: Mutex<Vec<String>>,
+        notified: Mutex<Vec<(String, String, Value)>>,
+        failing: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Wire for FakeWire {
+        async fn notify(
+            &self,
+            session: &SessionId,
+            method: &str,
+            params: Value,
+        ) -> Result<(), String> {
+            if self.failing.lock().unwrap().contains(&session.0) {
+                return Err("stream closed".into());
+            }
+            self.notified
+                .lock()
+                .unwrap()
+                .push((session.0.clone(), method.to_string(), params));
+            Ok(())
+        }
+        async fn post_prompt(
+            &self,
+            identity: &IdentityId,
+            room: &RoomId,
+            text: &PromptText,
+            txn_id: &str,
+        ) -> Result<EventId, String> {
+            assert!(text.plain.contains("abcde"), "{}", text.plain);
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("post {identity} {room} {txn_id}"));
+            Ok(EventId("$prompt".into()))
+        }
+        async fn edit_prompt(
+            &self,
+            identity: &IdentityId,
+            room: &RoomId,
+            event_id: &EventId,
+            _text: &PromptText,
+        ) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("edit {identity} {room} {event_id}"));
+            Ok(())
+        }
+        async fn notice(
+            &self,
+            identity: &IdentityId,
+            room: &RoomId,
+            in_reply_to: &EventId,
+            _text: &str,
+        ) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("notice {identity} {room} {in_reply_to}"));
+            Ok(())
+        }
+    }
+
+    fn clock() -> Millis {
+        1_700_000_000_000
+    }
+
+    fn channel() -> Channel {
+        let mut channel = Channel::new();
+        let config = IdentityConfig::new(UserId("@bot:hs".into()), [UserId(ALICE.into())]);
+        channel
+            .add_identity(IdentityId("bot".into()), config)
+            .unwrap();
+        channel
+    }
+
+    fn id() -> IdentityId {
+        IdentityId("bot".into())
+    }
+
+    fn attach(session: &str) -> Input {
+        Input::Attach {
+            identity: id(),
+            session: SessionId(session.into()),
+        }
+    }
+
+    fn say(event: &str, body: &str) -> Input {
+        Input::Message {
+            identity: id(),
+            message: Message {
+                room: RoomId("!r:hs".into()),
+                event_id: EventId(event.into()),
+                sender: UserId(ALICE.into()),
+                sender_name: Some("Alice".into()),
+                origin_server_ts: 5,
+                content: Some(MessageContent {
+                    msgtype: MsgType::Text,
+                    body: body.into(),
+                    formatted_body: None,
+                    relation: None,
+                    attachment: None,
+                }),
+            },
+        }
+    }
+
+    /// Waits until the engine has handled everything submitted so far, including
+    /// outcomes its spawned tasks report.
+    async fn settle(engine: &EngineHandle) {
+        for _ in 0..5 {
+            engine.read(|_| ()).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_is_pushed_with_the_models_params_and_its_outcome_goes_back() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        settle(&engine).await;
+        let notified = wire.notified.lock().unwrap().clone();
+        assert_eq!(notified.len(), 1);
+        let (session, method, params) = &notified[0];
+        assert_eq!((session.as_str(), method.as_str()), ("s1", CHANNEL_METHOD));
+        assert_eq!(params["content"], json!("hello"));
+        assert_eq!(params["meta"]["event_id"], json!("$m1"));
+        assert_eq!(params["meta"]["sender"], json!(ALICE));
+        let in_flight = engine.read(|c| c.in_flight()).await.unwrap();
+        assert_eq!(in_flight, 0, "the Sent outcome was fed back");
+    }
+
+    #[tokio::test]
+    async fn a_failed_push_detaches_the_session_and_queues_the_event() {
+        let wire = Arc::new(FakeWire::default());
+        wire.failing.lock().unwrap().push("s1".into());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        settle(&engine).await;
+        let (queued, state) = engine
+            .read(|c| {
+                let s = c.identity(&id()).unwrap();
+                (s.queue().len(), s.sessions()[&SessionId("s1".into())])
+            })
+            .await
+            .unwrap();
+        assert_eq!(queued, 1);
+        assert_eq!(state, SessionState::Detached);
+        wire.failing.lock().unwrap().clear();
+        engine.submit(attach("s1")).unwrap();
+        settle(&engine).await;
+        let notified = wire.notified.lock().unwrap().clone();
+        assert_eq!(notified.len(), 1, "replayed once on re-attach");
+        assert_eq!(notified[0].2["meta"]["replayed"], json!("true"));
+    }
+
+    #[tokio::test]
+    async fn pushes_to_a_session_keep_the_models_order() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        for i in 0..20 {
+            engine
+                .submit(say(&format!("$m{i}"), &format!("n{i}")))
+                .unwrap();
+        }
+        engine.submit(attach("s1")).unwrap();
+        for i in 20..40 {
+            engine
+                .submit(say(&format!("$m{i}"), &format!("n{i}")))
+                .unwrap();
+        }
+        settle(&engine).await;
+        let bodies: Vec<String> = wire
+            .notified
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, p)| p["content"].as_str().unwrap().to_string())
+            .collect();
+        let expected: Vec<String> = (0..40).map(|i| format!("n{i}")).collect();
+        assert_eq!(bodies, expected);
+    }
+
+    #[tokio::test]
+    async fn a_prompt_is_posted_with_a_stable_txn_id_and_a_text_verdict_goes_to_the_asker() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(attach("s2")).unwrap();
+        engine.submit(say("$m1", "hi")).unwrap();
+        engine
+            .submit(Input::PermissionRequest {
+                identity: id(),
+                session: SessionId("s1".into()),
+                request: PermissionRequest {
+                    request_id: RequestId::parse("abcde").unwrap(),
+                    tool_name: "Bash".into(),
+                    description: "ls".into(),
+                    input_preview: "{}".into(),
+                },
+            })
+            .unwrap();
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert!(
+            calls[0].starts_with("post bot !r:hs mc-prompt-"),
+            "{calls:?}"
+        );
+        wire.notified.lock().unwrap().clear();
+        engine.submit(say("$yes", "yes abcde")).unwrap();
+        settle(&engine).await;
+        let notified = wire.notified.lock().unwrap().clone();
+        assert_eq!(
+            notified,
+            [(
+                "s1".to_string(),
+                VERDICT_METHOD.to_string(),
+                json!({"request_id": "abcde", "behavior": "allow"})
+            )]
+        );
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
+        assert_eq!(calls.last().unwrap(), "edit bot !r:hs $prompt");
+    }
+
+    #[tokio::test]
+    async fn a_due_timer_fires_without_any_input() {
+        // A prompt with a 1 ms time to live, on a real clock: the engine's own timer
+        // expires it and edits the prompt.
+        let wire = Arc::new(FakeWire::default());
+        let mut channel = Channel::new();
+        let mut config = IdentityConfig::new(UserId("@bot:hs".into()), [UserId(ALICE.into())]);
+        config.prompt_ttl_ms = 50;
+        config.settle_ms = 10;
+        config.permission_room = Some(RoomId("!r:hs".into()));
+        channel.add_identity(id(), config).unwrap();
+        let (engine, _task) = spawn(channel, wire.clone(), NoPersist, now_ms);
+        engine.submit(attach("s1")).unwrap();
+        engine
+            .submit(Input::PermissionRequest {
+                identity: id(),
+                session: SessionId("s1".into()),
+                request: PermissionRequest {
+                    request_id: RequestId::parse("abcde").unwrap(),
+                    tool_name: "Bash".into(),
+                    description: "ls".into(),
+                    input_preview: "{}".into(),
+                },
+            })
+            .unwrap();
+        let mut edited = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if wire
+                .calls
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|c| c.starts_with("edit"))
+            {
+                edited = true;
+                break;
+            }
+        }
+        assert!(edited, "{:?}", wire.calls.lock().unwrap());
+        let prompts = engine
+            .read(|c| c.identity(&id()).unwrap().prompts().len())
+            .await
+            .unwrap();
+        assert_eq!(prompts, 0);
+    }
+
+    #[test]
+    fn a_restart_fails_what_was_in_flight_and_detaches_live_sessions() {
+        let mut channel = channel();
+        channel.handle(clock(), attach("s1"));
+        channel.handle(clock(), attach("s2"));
+        channel.handle(
+            clock(),
+            Input::Detach {
+                identity: id(),
+                session: SessionId("s2".into()),
+            },
+        );
+        let effects = channel.handle(clock(), say("$m1", "hi"));
+        let pushed: Vec<EffectId> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Push { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pushed.len(), 1);
+        let inputs = restart_inputs(&channel);
+        assert_eq!(
+            inputs,
+            [
+                Input::Completed {
+                    id: pushed[0],
+                    outcome: Outcome::Failed {
+                        reason: "the server restarted".into()
+                    }
+                },
+                Input::Detach {
+                    identity: id(),
+                    session: SessionId("s1".into())
+                },
+            ]
+        );
+        for input in inputs {
+            channel.handle(clock(), input);
+        }
+        let state = channel.identity(&id()).unwrap();
+        assert_eq!(state.queue().len(), 1, "the unsent push is queued again");
+        assert_eq!(channel.in_flight(), 0);
+    }
+
+    #[test]
+    fn params_are_the_contracts_shapes() {
+        let mut meta = mc_model::Meta::default();
+        meta.set(mc_model::MetaKey::EventId, "$e");
+        meta.set(mc_model::MetaKey::Kind, "message");
+        let n = ChannelNotification {
+            content: "hi".into(),
+            meta,
+        };
+        assert_eq!(
+            channel_params(&n),
+            json!({"content": "hi", "meta": {"event_id": "$e", "kind": "message"}})
+        );
+        let v = PermissionVerdict {
+            request_id: RequestId::parse("abcde").unwrap(),
+            behavior: Behavior::Deny,
+        };
+        assert_eq!(
+            verdict_params(&v),
+            json!({"request_id": "abcde", "behavior": "deny"})
+        );
+        assert!(now_ms() > 1_700_000_000_000);
+    }
+
+    #[test]
+    fn the_store_persist_writes_only_changes() {
+        let dir = std::env::temp_dir().join(format!("mc-persist-{}", rand::random::<u64>()));
+        let store = Store::open(&dir).unwrap();
+        let mut persist = StorePersist::new(store.clone());
+        let mut channel = channel();
+        persist.save(&channel);
+        let first = store.load_model().unwrap().unwrap();
+        let back: Channel = serde_json::from_str(&first).unwrap();
+        assert_eq!(back, channel);
+        store.save_model("sentinel").unwrap();
+        persist.save(&channel);
+        assert_eq!(
+            store.load_model().unwrap().as_deref(),
+            Some("sentinel"),
+            "unchanged: no write"
+        );
+        channel.handle(clock(), attach("s1"));
+        persist.save(&channel);
+        let second: Channel = serde_json::from_str(&store.load_model().unwrap().unwrap()).unwrap();
+        assert_eq!(second, channel);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

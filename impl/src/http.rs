@@ -547,3 +547,186 @@ impl SessionManager for TrackingManager {
         self.inner.event_store()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::post;
+    use tower::ServiceExt as _;
+
+    fn store() -> Store {
+        let dir = std::env::temp_dir().join(format!("mc-http-{}", rand::random::<u64>()));
+        Store::open(&dir).unwrap()
+    }
+
+    /// The middleware in front of a stand-in for rmcp that hands out session `new-1`
+    /// when a request carries no session id.
+    fn app(store: Store) -> axum::Router {
+        async fn inner(req: Request) -> Response {
+            let mut response = StatusCode::OK.into_response();
+            if req.headers().get("mcp-session-id").is_none() {
+                response
+                    .headers_mut()
+                    .insert("mcp-session-id", HeaderValue::from_static("new-1"));
+            }
+            let caller = req.extensions().get::<Caller>().unwrap().identity.clone();
+            response
+                .headers_mut()
+                .insert("x-caller", HeaderValue::from_str(&caller).unwrap());
+            response
+        }
+        axum::Router::new()
+            .route("/mcp", post(inner))
+            .route("/channel", post(inner))
+            .route("/other", post(inner))
+            .layer(axum::middleware::from_fn_with_state(
+                AuthState { store },
+                authenticate,
+            ))
+    }
+
+    async fn call(
+        app: &axum::Router,
+        path: &str,
+        token: Option<&str>,
+        session: Option<&str>,
+    ) -> Response {
+        let mut req = Request::builder().method("POST").uri(path);
+        if let Some(token) = token {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(session) = session {
+            req = req.header("mcp-session-id", session);
+        }
+        app.clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn no_token_or_a_wrong_one_is_401_with_www_authenticate() {
+        let store = store();
+        let app = app(store.clone());
+        for token in [None, Some("mct_wrong"), Some("")] {
+            let response = call(&app, "/mcp", token, None).await;
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{token:?}");
+            let challenge = response.headers()[header::WWW_AUTHENTICATE]
+                .to_str()
+                .unwrap();
+            assert!(challenge.starts_with("Bearer "), "{challenge}");
+        }
+        let token = store.create_token("a", "").unwrap();
+        let id = store.list_tokens().unwrap()[0].id.clone();
+        store.revoke_token(&id).unwrap();
+        let response = call(&app, "/mcp", Some(&token), None).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "a revoked token"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_valid_token_reaches_the_mounts_as_its_identity_and_nothing_else() {
+        let store = store();
+        let app = app(store.clone());
+        let token = store.create_token("a", "").unwrap();
+        let response = call(&app, "/mcp", Some(&token), None).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["x-caller"], "a");
+        let response = call(&app, "/other", Some(&token), None).await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_new_session_is_bound_to_its_identity_and_mount_and_hidden_from_others() {
+        let store = store();
+        let app = app(store.clone());
+        let a = store.create_token("a", "").unwrap();
+        let b = store.create_token("b", "").unwrap();
+        let response = call(&app, "/channel", Some(&a), None).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            store.mcp_session_owner("new-1").unwrap(),
+            Some(("a".to_string(), "channel".to_string()))
+        );
+        assert_eq!(
+            call(&app, "/channel", Some(&a), Some("new-1"))
+                .await
+                .status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            call(&app, "/channel", Some(&b), Some("new-1"))
+                .await
+                .status(),
+            StatusCode::NOT_FOUND,
+            "another identity's token"
+        );
+        assert_eq!(
+            call(&app, "/mcp", Some(&a), Some("new-1")).await.status(),
+            StatusCode::NOT_FOUND,
+            "the other mount"
+        );
+        assert_eq!(
+            call(&app, "/channel", Some(&a), Some("never-issued"))
+                .await
+                .status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn mounts_are_found_by_their_first_path_segment() {
+        assert_eq!(Mount::of_path("/mcp"), Some(Mount::Tools));
+        assert_eq!(Mount::of_path("/mcp/"), Some(Mount::Tools));
+        assert_eq!(Mount::of_path("/channel"), Some(Mount::Channel));
+        assert_eq!(Mount::of_path("/mcpx"), None);
+        assert_eq!(Mount::of_path("/"), None);
+    }
+
+    fn note(n: u32) -> ServerSseMessage {
+        let message: ServerJsonRpcMessage = serde_json::from_value(serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/claude/channel",
+            "params": {"content": format!("n{n}"), "meta": {}}
+        }))
+        .unwrap();
+        ServerSseMessage::from_message(message)
+    }
+
+    fn content(event: &ServerSseMessage) -> String {
+        let json = serde_json::to_value(event.message.as_deref().unwrap()).unwrap();
+        json["params"]["content"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_resume_replays_exactly_what_followed_in_its_stream_then_stays_live() {
+        let events = SqliteEventStore::new(store());
+        let first = events.store_event("s:common", &note(1)).await.unwrap();
+        events.store_event("t:common", &note(99)).await.unwrap();
+        events.store_event("s:common", &note(2)).await.unwrap();
+        events.store_event("s:common", &note(3)).await.unwrap();
+        let mut replay = events.replay_events_after(&first).await.unwrap();
+        assert_eq!(content(&replay.next().await.unwrap()), "n2");
+        let third = replay.next().await.unwrap();
+        assert_eq!(content(&third), "n3");
+        events.store_event("t:common", &note(98)).await.unwrap();
+        let live = events.store_event("s:common", &note(4)).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), replay.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(content(&next), "n4");
+        assert_eq!(next.event_id.as_deref(), Some(live.as_str()));
+        assert!(third.event_id.unwrap().parse::<i64>().unwrap() < live.parse::<i64>().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_resume_from_an_unknown_or_foreign_id_is_an_error() {
+        let events = SqliteEventStore::new(store());
+        assert!(events.replay_events_after("42").await.is_err());
+        assert!(events.replay_events_after("0/0").await.is_err());
+    }
+}
