@@ -209,6 +209,8 @@ impl Server {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        // serve.log is read as text.
+        cmd.env("NO_COLOR", "1");
         cmd
     }
 

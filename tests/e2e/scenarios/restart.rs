@@ -26,6 +26,9 @@ async fn a_pending_prompt_survives_sigkill_and_its_verdict_reaches_the_session_w
         .as_str()
         .unwrap()
         .to_owned();
+    // The prompt is in the room; give the server a moment to record that it was posted
+    // (nothing a human sees says so). A kill inside that window is another test.
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     f.server.kill9().await;
     // Claude Code keeps its session id and reconnects; the client here stops its own
