@@ -170,13 +170,6 @@ async fn no_token_a_wrong_token_or_another_identitys_room_or_session_fails_clear
     session_a
         .call_ok("read_messages", json!({ "room_id": room_a }))
         .await;
-    // Invalid arguments are a protocol error, not a tool result.
-    let err = session_a
-        .call("read_messages", json!({}))
-        .await
-        .expect_err("read_messages without room_id is invalid");
-    assert_eq!(err.code, json!(-32602), "{err}");
-
     // B's token with A's session id: that session does not exist for B.
     let tools_list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
     for path in ["/channel", "/mcp"] {
@@ -215,6 +208,29 @@ async fn no_token_a_wrong_token_or_another_identitys_room_or_session_fails_clear
         .collect();
     for tool in ALL_TOOLS {
         assert!(names.contains(tool), "/mcp lacks {tool}: {names:?}");
+    }
+
+    // Invalid arguments: MCP 2025-11-25 has them returned as a tool execution error
+    // (isError) so the model can correct the call, and rmcp 3.11 does so for arguments
+    // that do not deserialize; a JSON-RPC -32602 is the older form. Either way the
+    // answer names the argument and is not one of the other error kinds.
+    match session_a.call("read_messages", json!({})).await {
+        Err(err) => assert_eq!(err.code, json!(-32602), "{err}"),
+        Ok(result) => {
+            assert_eq!(
+                result["isError"], true,
+                "read_messages without room_id: {result}"
+            );
+            assert!(
+                result["content"].to_string().contains("room_id"),
+                "the error names the missing argument: {result}"
+            );
+            let kind = &result["structuredContent"]["error"]["kind"];
+            assert!(
+                kind.is_null() || kind == "invalid_params",
+                "invalid arguments are not {kind}: {result}"
+            );
+        }
     }
 
     // A session ended by DELETE is gone, for its own token too.
