@@ -365,7 +365,7 @@ impl Channel {
             Event::Reaction(reaction) => state.on_reaction(reaction, &mut out),
             Event::Redaction(redaction) => state.on_redaction(redaction, &mut out),
             Event::Request(session, request) => state.on_request(session, request, &mut out),
-            Event::Ack(session, event_id) => state.on_ack(&session, &event_id, &mut out),
+            Event::Ack(session, event_id) => state.on_ack(session.as_ref(), &event_id, &mut out),
         }
         effects
     }
@@ -449,7 +449,7 @@ enum Event {
     Reaction(Reaction),
     Redaction(Redaction),
     Request(SessionId, PermissionRequest),
-    Ack(SessionId, EventId),
+    Ack(Option<SessionId>, EventId),
 }
 
 impl IdentityState {
@@ -992,8 +992,8 @@ impl IdentityState {
         );
     }
 
-    fn on_ack(&mut self, session: &SessionId, event_id: &EventId, out: &mut Out<'_>) {
-        if !self.sessions.contains_key(session) {
+    fn on_ack(&mut self, session: Option<&SessionId>, event_id: &EventId, out: &mut Out<'_>) {
+        if session.is_some_and(|s| !self.sessions.contains_key(s)) {
             return out.drop(Some(event_id), DropReason::UnknownSession);
         }
         match self.log.get_mut(event_id) {

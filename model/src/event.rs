@@ -50,7 +50,11 @@ pub enum Input {
     /// The agent acknowledged an event (the `acknowledge` tool): it is never replayed.
     Acknowledge {
         identity: IdentityId,
-        session: SessionId,
+        /// The channel session that acknowledged, which must be one of the identity's
+        /// (another is dropped as `UnknownSession`); `None` when the identity's agent
+        /// acknowledged through a tool outside any channel session (the server's `/mcp`
+        /// mount, which has authenticated the identity).
+        session: Option<SessionId>,
         event_id: EventId,
     },
     /// The outcome of an effect that carried an [`EffectId`].

@@ -152,7 +152,7 @@ fn ask(session: &str, id: &str) -> Input {
 fn ack(session: &str, event: &str) -> Input {
     Input::Acknowledge {
         identity: ID.into(),
-        session: session.into(),
+        session: Some(session.into()),
         event_id: event.into(),
     }
 }
@@ -1715,7 +1715,7 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
         }
         Op::Ack(i, s, target) => Input::Acknowledge {
             identity: identity(*i),
-            session: session(*s),
+            session: Some(session(*s)),
             event_id: Seen::pick(&seen.events, *target).as_str().into(),
         },
         Op::Complete { which, outcome } => {

@@ -1042,7 +1042,7 @@ impl Model for World {
                         Some(sess.ident()),
                         Input::Acknowledge {
                             identity: sess.ident().id(),
-                            session: sess.id(),
+                            session: Some(sess.id()),
                             event_id,
                         },
                     ));

@@ -499,7 +499,18 @@ impl World {
         let identity = self.identity.clone();
         self.input(Input::Acknowledge {
             identity,
-            session: session.into(),
+            session: Some(session.into()),
+            event_id: event_id.clone(),
+        });
+        self.drive();
+    }
+
+    /// An acknowledgement from the identity's tools, outside any channel session.
+    pub fn ack_by_tool(&mut self, event_id: &EventId) {
+        let identity = self.identity.clone();
+        self.input(Input::Acknowledge {
+            identity,
+            session: None,
             event_id: event_id.clone(),
         });
         self.drive();

@@ -159,6 +159,33 @@ fn acknowledged_messages_are_not_replayed() {
 }
 
 #[test]
+fn an_acknowledgement_from_the_identitys_tools_outside_any_session_counts() {
+    // No channel session ever attached: the agent read the room with a tool and
+    // acknowledged what it handled; only the rest is replayed.
+    let mut w = World::new();
+    let one = w.say(ALICE, R1, "one");
+    let two = w.say(ALICE, R1, "two");
+    w.ack_by_tool(&one);
+    w.ack_by_tool(&ev("$never"));
+    w.mark();
+
+    w.attach(S1);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [format!("push s1 {two} message replayed \"two\"")]
+    );
+    assert!(matches!(
+        w.state().log_entry(&one),
+        Some(LogEntry {
+            record: Record::Pushed { acked: true, .. },
+            ..
+        })
+    ));
+}
+
+#[test]
 fn an_acknowledgement_leaves_no_effect() {
     let mut w = World::new();
     w.attach(S1);
