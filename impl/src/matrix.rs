@@ -180,6 +180,11 @@ pub async fn start(
         .sync_once(settings.clone().timeout(Duration::ZERO))
         .await
         .with_context(|| format!("identity {name}: catch-up sync"))?;
+    // Invites that arrived while the server was down (or before the first sync)
+    // fired no handler: join those from allowed senders now.
+    for room in client.invited_rooms() {
+        join_if_invited_by_allowed(&room, &identity.settings.allowed_senders).await;
+    }
     let settings = settings.token(response.next_batch);
     Ok(tokio::spawn(async move {
         let mut backoff = Duration::from_secs(1);
@@ -194,6 +199,37 @@ pub async fn start(
             }
         }
     }))
+}
+
+/// Joins an invited room when the inviter is an allowed sender; other invites are
+/// left pending (a stranger cannot pull the identity into a room).
+async fn join_if_invited_by_allowed(room: &Room, allowed: &[matrix_sdk::ruma::OwnedUserId]) {
+    let inviter = match room.invite_details().await {
+        Ok(invite) => invite.inviter_id,
+        Err(e) => {
+            tracing::debug!(room = %room.room_id(), "no invite details: {e}");
+            return;
+        }
+    };
+    if !allowed.contains(&inviter) {
+        tracing::info!(room = %room.room_id(), %inviter, "not joining: the inviter is not an allowed sender");
+        return;
+    }
+    if let Err(e) = room.join().await {
+        tracing::warn!(room = %room.room_id(), "joining on invite failed: {e}");
+    }
+}
+
+/// When the identity joined `room` (its membership event's `origin_server_ts`,
+/// milliseconds), if known.
+async fn joined_at(room: &Room, me: &matrix_sdk::ruma::UserId) -> Option<u64> {
+    let member = room.get_member_no_sync(me).await.ok()??;
+    Some(member.event().origin_server_ts()?.0.into())
+}
+
+#[derive(Deserialize)]
+struct Ts {
+    origin_server_ts: Option<u64>,
 }
 
 fn add_handlers(identity: &Identity, engine: EngineHandle) {
@@ -223,6 +259,18 @@ fn add_handlers(identity: &Identity, engine: EngineHandle) {
             async move {
                 if room.state() != RoomState::Joined {
                     return;
+                }
+                // Events from before the identity joined are the room's history,
+                // shown by the read tools, not input (the sync of a newly joined
+                // room carries some).
+                let ts = serde_json::from_str::<Ts>(raw.0.get())
+                    .ok()
+                    .and_then(|t| t.origin_server_ts);
+                if let (Some(me), Some(ts)) = (room.client().user_id(), ts) {
+                    if joined_at(&room, me).await.is_some_and(|joined| ts < joined) {
+                        tracing::debug!(room = %room.room_id(), "history from before the join: not input");
+                        return;
+                    }
                 }
                 match timeline_input(&id, &room, raw.0.get()).await {
                     Ok(Some(input)) => {

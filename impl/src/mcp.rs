@@ -719,7 +719,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Acknowledge a pushed event (its <channel> event_id): it is never replayed to a session again. With receipt: true and room_id, also sends a read receipt. Returns acknowledged: false when the event was never pushed to this identity.",
+        description = "Acknowledge a pushed event (its <channel> event_id): it is never replayed to a session again. With receipt: true and room_id, also sends a read receipt. Returns acknowledged: false when the event was never pushed or queued for this identity (or the session is not this identity's).",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -733,12 +733,16 @@ impl McpServer {
         Parameters(args): Parameters<AckArgs>,
     ) -> ToolResult {
         let identity = self.caller(&parts)?;
-        let session = parts
-            .headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        // On /channel the ack names its session; on /mcp it is the identity's agent
+        // acknowledging outside any channel session.
+        let session = match self.mount {
+            Mount::Channel => parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(|s| SessionId(s.to_string())),
+            Mount::Tools => None,
+        };
         let result = async {
             let event_id = parse_event(&args.event_id)?;
             let id = IdentityId(identity.name.clone());
@@ -747,14 +751,21 @@ impl McpServer {
                 .engine
                 .submit(Input::Acknowledge {
                     identity: id.clone(),
-                    session: SessionId(session),
+                    session,
                     event_id: ev.clone(),
                 })
                 .map_err(upstream)?;
             let known = self
                 .app
                 .engine
-                .read(move |c| c.identity(&id).is_some_and(|s| s.log_entry(&ev).is_some()))
+                .read(move |c| {
+                    c.identity(&id).is_some_and(|s| {
+                        matches!(
+                            s.log_entry(&ev).map(|e| &e.record),
+                            Some(mc_model::Record::Pushed { acked: true, .. })
+                        )
+                    })
+                })
                 .await
                 .map_err(upstream)?;
             let mut receipt = false;
