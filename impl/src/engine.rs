@@ -130,9 +130,26 @@ impl EngineHandle {
 #[error("the engine has stopped")]
 pub struct EngineStopped;
 
+/// A prompt post being executed: what a restart needs to finish it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingPost {
+    pub id: EffectId,
+    pub identity: IdentityId,
+    pub room: RoomId,
+    pub text: PromptText,
+}
+
 /// Where the engine keeps its state between transitions.
 pub trait Persist: Send + Sync + 'static {
     fn save(&mut self, channel: &Channel);
+    /// A prompt post started; kept until its outcome is handled.
+    fn post_started(&mut self, _post: &PendingPost) {}
+    /// A prompt post's outcome was handled.
+    fn post_finished(&mut self, _id: EffectId) {}
+    /// The posts that were being executed when the previous process stopped.
+    fn pending_posts(&self) -> Vec<PendingPost> {
+        Vec::new()
+    }
 }
 
 /// Persists into the server's database, skipping writes when nothing changed.
@@ -151,6 +168,42 @@ impl StorePersist {
 }
 
 impl Persist for StorePersist {
+    fn post_started(&mut self, post: &PendingPost) {
+        if let Err(e) = self.store.save_pending_post(
+            post.id.0,
+            post.identity.as_str(),
+            post.room.as_str(),
+            &post.text.plain,
+            &post.text.html,
+        ) {
+            tracing::error!("recording a prompt post failed: {e}");
+        }
+    }
+
+    fn post_finished(&mut self, id: EffectId) {
+        if let Err(e) = self.store.delete_pending_post(id.0) {
+            tracing::error!("clearing a prompt post failed: {e}");
+        }
+    }
+
+    fn pending_posts(&self) -> Vec<PendingPost> {
+        match self.store.pending_posts() {
+            Ok(rows) => rows
+                .into_iter()
+                .map(|(id, identity, room, plain, html)| PendingPost {
+                    id: EffectId(id),
+                    identity: IdentityId(identity),
+                    room: RoomId(room),
+                    text: PromptText { plain, html },
+                })
+                .collect(),
+            Err(e) => {
+                tracing::error!("reading prompt posts failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+
     fn save(&mut self, channel: &Channel) {
         match serde_json::to_string(channel) {
             Ok(json) if json != self.last => match self.store.save_model(&json) {
@@ -171,12 +224,15 @@ impl Persist for NoPersist {
 }
 
 /// The inputs a restart owes the model: every effect that was in flight failed with
-/// the old process, and every session that was live is detached until its stream
-/// opens again.
-pub fn restart_inputs(channel: &Channel) -> Vec<Input> {
+/// the old process, except the prompt posts in `resumed` (they are executed again with
+/// the same transaction id: if the old process's post reached the homeserver, it
+/// answers with the same event id), and every session that was live is detached
+/// until its stream opens again.
+pub fn restart_inputs(channel: &Channel, resumed: &[EffectId]) -> Vec<Input> {
     let mut inputs: Vec<Input> = channel
         .in_flight_ids()
         .into_iter()
+        .filter(|id| !resumed.contains(id))
         .map(|id| Input::Completed {
             id,
             outcome: Outcome::Failed {
@@ -197,7 +253,8 @@ pub fn restart_inputs(channel: &Channel) -> Vec<Input> {
     inputs
 }
 
-/// Starts the engine task. `clock` gives the model's time (milliseconds).
+/// Starts the engine task. `clock` gives the model's time (milliseconds). The
+/// engine first settles what a previous process left: see [`restart_inputs`].
 pub fn spawn<W: Wire, P: Persist>(
     channel: Channel,
     wire: std::sync::Arc<W>,
@@ -207,17 +264,24 @@ pub fn spawn<W: Wire, P: Persist>(
     let (tx, rx) = mpsc::unbounded_channel();
     let engine = Engine {
         tx: tx.clone(),
+        posting: Default::default(),
         channel,
         wire,
         persist,
         clock,
     };
-    let task = tokio::spawn(engine.run(rx));
+    let task = tokio::spawn(async move {
+        let mut engine = engine;
+        engine.recover().await;
+        engine.run(rx).await
+    });
     (EngineHandle { tx }, task)
 }
 
 struct Engine<W, P> {
     tx: mpsc::UnboundedSender<Command>,
+    /// Prompt posts being executed (their outcome clears the persisted record).
+    posting: std::collections::BTreeSet<EffectId>,
     channel: Channel,
     wire: std::sync::Arc<W>,
     persist: P,
@@ -225,6 +289,44 @@ struct Engine<W, P> {
 }
 
 impl<W: Wire, P: Persist> Engine<W, P> {
+    /// Finishes the previous process's prompt posts and fails or detaches the rest.
+    async fn recover(&mut self) {
+        let in_flight = self.channel.in_flight_ids();
+        let posts: Vec<PendingPost> = self.persist.pending_posts();
+        let mut resumed = Vec::new();
+        for post in posts {
+            if in_flight.contains(&post.id) {
+                resumed.push(post.id);
+                self.posting.insert(post.id);
+                self.spawn_post(post);
+            } else {
+                self.persist.post_finished(post.id);
+            }
+        }
+        for input in restart_inputs(&self.channel, &resumed) {
+            self.step(input).await;
+        }
+    }
+
+    fn spawn_post(&self, post: PendingPost) {
+        let wire = self.wire.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let txn_id = format!("mc-prompt-{}", post.id.0);
+            let outcome = match wire
+                .post_prompt(&post.identity, &post.room, &post.text, &txn_id)
+                .await
+            {
+                Ok(event_id) => Outcome::Posted { event_id },
+                Err(reason) => Outcome::Failed { reason },
+            };
+            let _ = tx.send(Command::Input(Box::new(Input::Completed {
+                id: post.id,
+                outcome,
+            })));
+        });
+    }
+
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         loop {
             let sleep = match self.channel.next_deadline() {
@@ -251,6 +353,11 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         let mut pending = std::collections::VecDeque::from([input]);
         while let Some(input) = pending.pop_front() {
             tracing::debug!(?input, "input");
+            if let Input::Completed { id, .. } = &input {
+                if self.posting.remove(id) {
+                    self.persist.post_finished(*id);
+                }
+            }
             let effects = self.channel.handle((self.clock)(), input);
             self.persist.save(&self.channel);
             for effect in effects {
@@ -298,16 +405,15 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 request_id: _,
                 text,
             } => {
-                let wire = self.wire.clone();
-                let tx = self.tx.clone();
-                let txn_id = format!("mc-prompt-{}", id.0);
-                tokio::spawn(async move {
-                    let outcome = match wire.post_prompt(&identity, &room, &text, &txn_id).await {
-                        Ok(event_id) => Outcome::Posted { event_id },
-                        Err(reason) => Outcome::Failed { reason },
-                    };
-                    let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
-                });
+                let post = PendingPost {
+                    id,
+                    identity,
+                    room,
+                    text,
+                };
+                self.persist.post_started(&post);
+                self.posting.insert(id);
+                self.spawn_post(post);
                 None
             }
             Effect::EditPrompt {
@@ -696,7 +802,7 @@ mod tests {
             })
             .collect();
         assert_eq!(pushed.len(), 1);
-        let inputs = restart_inputs(&channel);
+        let inputs = restart_inputs(&channel, &[]);
         assert_eq!(
             inputs,
             [
@@ -718,6 +824,77 @@ mod tests {
         let state = channel.identity(&id()).unwrap();
         assert_eq!(state.queue().len(), 1, "the unsent push is queued again");
         assert_eq!(channel.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_prompt_post_cut_by_a_restart_is_finished_with_the_same_txn_id() {
+        let dir = std::env::temp_dir().join(format!("mc-recover-{}", rand::random::<u64>()));
+        let store = Store::open(&dir).unwrap();
+        let mut channel = channel();
+        channel.handle(clock(), attach("s1"));
+        channel.handle(clock(), say("$m1", "hi"));
+        let effects = channel.handle(
+            clock(),
+            Input::PermissionRequest {
+                identity: id(),
+                session: SessionId("s1".into()),
+                request: PermissionRequest {
+                    request_id: RequestId::parse("abcde").unwrap(),
+                    tool_name: "Bash".into(),
+                    description: "ls".into(),
+                    input_preview: "{}".into(),
+                },
+            },
+        );
+        let post = effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::PostPrompt {
+                    id,
+                    identity,
+                    room,
+                    text,
+                    ..
+                } => Some(PendingPost {
+                    id: *id,
+                    identity: identity.clone(),
+                    room: room.clone(),
+                    text: text.clone(),
+                }),
+                _ => None,
+            })
+            .unwrap();
+        // The old process recorded the post, then died before its outcome.
+        StorePersist::new(store.clone()).post_started(&post);
+        // A stale record of a post the model no longer waits for is cleared.
+        StorePersist::new(store.clone()).post_started(&PendingPost {
+            id: EffectId(999),
+            ..post.clone()
+        });
+
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(
+            channel,
+            wire.clone(),
+            StorePersist::new(store.clone()),
+            clock,
+        );
+        settle(&engine).await;
+        assert_eq!(
+            wire.calls.lock().unwrap().clone(),
+            [format!("post bot !r:hs mc-prompt-{}", post.id.0)]
+        );
+        let answerable = engine
+            .read(|c| {
+                c.identity(&id()).unwrap().prompts()[0]
+                    .phase
+                    .is_answerable()
+            })
+            .await
+            .unwrap();
+        assert!(answerable, "the post's outcome reached the model");
+        assert!(store.pending_posts().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

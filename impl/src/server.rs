@@ -3,7 +3,7 @@
 //! Matrix rooms.
 
 use crate::config::Config;
-use crate::engine::{self, restart_inputs, EngineHandle, StorePersist, Wire};
+use crate::engine::{self, EngineHandle, StorePersist, Wire};
 use crate::http::{
     authenticate, AuthState, Mount, Peers, SqliteEventStore, SqliteSessionStore, StreamTracker,
     TrackingManager,
@@ -146,7 +146,6 @@ pub fn load_channel(store: &Store, config: &Config) -> anyhow::Result<Channel> {
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let store = Store::open(&config.store_dir)?;
     let channel = load_channel(&store, &config)?;
-    let owed = restart_inputs(&channel);
 
     let mut identities = BTreeMap::new();
     let mut synced = BTreeMap::new();
@@ -167,9 +166,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         StorePersist::new(store.clone()),
         engine::now_ms,
     );
-    for input in owed {
-        engine.submit(input)?;
-    }
 
     let mut sync_tasks = Vec::new();
     for (name, identity) in &identities {
