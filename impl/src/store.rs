@@ -43,6 +43,9 @@ pub struct TokenInfo {
     pub created_at: i64,
 }
 
+/// A prompt post being executed: `(effect id, identity, room, plain, html)`.
+pub type StoredPost = (u64, String, String, String, String);
+
 /// One stored SSE event (see [`crate::http::events`]).
 #[derive(Clone, Debug)]
 pub struct StoredEvent {
@@ -327,8 +330,8 @@ impl Store {
         Ok(())
     }
 
-    /// Prompt posts that were being executed: `(effect id, identity, room, plain, html)`.
-    pub fn pending_posts(&self) -> Result<Vec<(u64, String, String, String, String)>, StoreError> {
+    /// Prompt posts that were being executed.
+    pub fn pending_posts(&self) -> Result<Vec<StoredPost>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT effect_id, identity, room, plain, html FROM pending_posts ORDER BY effect_id",
