@@ -30,6 +30,7 @@ use matrix_sdk::ruma::events::relation::{Annotation, RelationType};
 use matrix_sdk::ruma::events::room::message::{
     MessageType, ReplyWithinThread, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
 };
+use matrix_sdk::ruma::events::room::power_levels::UserPowerLevel;
 use matrix_sdk::ruma::{
     OwnedEventId, OwnedRoomId, OwnedTransactionId, OwnedUserId, TransactionId, UInt,
 };
@@ -134,15 +135,28 @@ fn upstream(e: impl std::fmt::Display) -> ToolError {
     ToolError::Upstream(e.to_string())
 }
 
-/// Maps a homeserver error to the contract's kinds.
-fn matrix_error(e: matrix_sdk::Error) -> ToolError {
+/// Maps a homeserver error to the contract's kinds, by `errcode` or else by HTTP
+/// status (Synapse answers a join of an unknown room `404 M_UNKNOWN`): what is not
+/// found, forbidden or too large is not a failure of the homeserver.
+fn api_error(api: Option<&matrix_sdk::ruma::api::error::Error>, message: String) -> ToolError {
     use matrix_sdk::ruma::api::error::ErrorKind;
-    match e.client_api_error_kind() {
-        Some(ErrorKind::NotFound) => ToolError::NotFound(e.to_string()),
-        Some(ErrorKind::Forbidden) => ToolError::Forbidden(e.to_string()),
-        Some(ErrorKind::TooLarge) => ToolError::TooLarge(e.to_string()),
-        _ => ToolError::Upstream(e.to_string()),
+    let Some(api) = api else {
+        return ToolError::Upstream(message);
+    };
+    match (api.error_kind(), api.status_code.as_u16()) {
+        (Some(ErrorKind::NotFound), _) | (_, 404) => ToolError::NotFound(message),
+        (Some(ErrorKind::Forbidden), _) | (_, 403) => ToolError::Forbidden(message),
+        (Some(ErrorKind::TooLarge), _) | (_, 413) => ToolError::TooLarge(message),
+        _ => ToolError::Upstream(message),
     }
+}
+
+fn matrix_error(e: matrix_sdk::Error) -> ToolError {
+    api_error(e.as_client_api_error(), e.to_string())
+}
+
+fn http_error(e: matrix_sdk::HttpError) -> ToolError {
+    api_error(e.as_client_api_error(), e.to_string())
 }
 
 fn parse_room(room_id: &str) -> Result<OwnedRoomId, ToolError> {
@@ -392,6 +406,63 @@ async fn annotations(
         .collect())
 }
 
+/// The number of joined members. The sync summary carries it only when members are
+/// lazy-loaded, which the sync filter does not ask for (`joined_members_count` is then
+/// 0, never true of a room we are in); the local store then holds every member
+/// event, so they are counted there (no request).
+async fn joined_members(room: &Room) -> u64 {
+    match room.joined_members_count() {
+        0 => room
+            .members_no_sync(RoomMemberships::JOIN)
+            .await
+            .map_or(0, |m| m.len() as u64),
+        n => n,
+    }
+}
+
+/// The largest `content` of one sent message, in bytes of JSON. Matrix caps a whole
+/// event at 65,536 bytes, envelope, hashes and signatures included (Synapse answers
+/// `413 M_TOO_LARGE`); a few KB are left for those and for a relation.
+const MAX_CONTENT_BYTES: usize = 60_000;
+
+/// The same in an encrypted room (or one whose encryption is not known yet): the
+/// ciphertext is base64 (4/3) of the encrypted JSON, plus the megolm fields.
+const MAX_ENCRYPTED_CONTENT_BYTES: usize = 42_000;
+
+/// A part is never cut below this size: its content cannot then exceed the budgets.
+const MIN_FIT_BYTES: usize = 1_000;
+
+/// Splits `text` into parts whose content (the Markdown `body` and its HTML
+/// `formatted_body`, as JSON) fits in `budget` bytes. `split::split_body` bounds the
+/// Markdown only, and the HTML of short paragraphs or of escaped characters is
+/// longer than its source: a part whose content is too large is split again at half
+/// the size, until it fits. Deterministic: the same text gives the same parts (the
+/// transaction ids of a retry depend on it).
+fn fit_parts(text: &str, budget: usize) -> Vec<String> {
+    let mut todo: Vec<(String, usize)> = split::split_body(text, split::DEFAULT_PART_BYTES)
+        .into_iter()
+        .rev()
+        .map(|part| (part, split::DEFAULT_PART_BYTES))
+        .collect();
+    let mut parts = Vec::new();
+    while let Some((part, size)) = todo.pop() {
+        let content = RoomMessageEventContentWithoutRelation::text_markdown(&part);
+        let bytes = serde_json::to_vec(&content).map_or(usize::MAX, |v| v.len());
+        if bytes <= budget || size <= MIN_FIT_BYTES {
+            parts.push(part);
+            continue;
+        }
+        let half = (size.min(part.len()) / 2).max(MIN_FIT_BYTES);
+        todo.extend(
+            split::split_body(&part, half)
+                .into_iter()
+                .rev()
+                .map(|p| (p, half)),
+        );
+    }
+    parts
+}
+
 fn limit(value: Option<u32>, default: u32) -> Result<UInt, ToolError> {
     match value.unwrap_or(default) {
         n @ 1..=100 => Ok(UInt::from(n)),
@@ -431,27 +502,22 @@ impl McpServer {
     )]
     async fn list_rooms(&self, Extension(parts): Extension<http::request::Parts>) -> ToolResult {
         let identity = self.caller(&parts)?;
-        let describe = |room: &Room| {
-            json!({
-                "room_id": room.room_id(),
-                "name": room.name(),
-                "topic": room.topic(),
-                "encrypted": room.encryption_state().is_encrypted(),
-                "joined_members": room.joined_members_count(),
-            })
-        };
-        let joined: Vec<Value> = identity
-            .client
-            .joined_rooms()
-            .iter()
-            .map(describe)
-            .collect();
-        let invited: Vec<Value> = identity
-            .client
-            .invited_rooms()
-            .iter()
-            .map(describe)
-            .collect();
+        let mut lists = [Vec::new(), Vec::new()];
+        for (list, rooms) in lists.iter_mut().zip([
+            identity.client.joined_rooms(),
+            identity.client.invited_rooms(),
+        ]) {
+            for room in &rooms {
+                list.push(json!({
+                    "room_id": room.room_id(),
+                    "name": room.name(),
+                    "topic": room.topic(),
+                    "encrypted": room.encryption_state().is_encrypted(),
+                    "joined_members": joined_members(room).await,
+                }));
+            }
+        }
+        let [joined, invited] = lists;
         done(Ok(json!({ "joined": joined, "invited": invited })))
     }
 
@@ -574,7 +640,13 @@ impl McpServer {
         let identity = self.caller(&parts)?;
         let result = async {
             let room = self.joined(identity, &args.room_id).await?;
-            let parts = split::split_body(&args.text, split::DEFAULT_PART_BYTES);
+            let state = room.encryption_state();
+            let budget = if state.is_encrypted() || state.is_unknown() {
+                MAX_ENCRYPTED_CONTENT_BYTES
+            } else {
+                MAX_CONTENT_BYTES
+            };
+            let parts = fit_parts(&args.text, budget);
             if parts.is_empty() {
                 return Err(ToolError::Invalid("text is empty".to_string()));
             }
@@ -708,10 +780,7 @@ impl McpServer {
             let response = room
                 .redact(&event_id, args.reason.as_deref(), None)
                 .await
-                .map_err(|e| match e {
-                    matrix_sdk::HttpError::Api(_) => ToolError::Forbidden(e.to_string()),
-                    other => upstream(other),
-                })?;
+                .map_err(http_error)?;
             Ok(json!({ "event_id": response.event_id }))
         }
         .await;
@@ -974,7 +1043,7 @@ impl McpServer {
                 "topic": room.topic(),
                 "canonical_alias": room.canonical_alias(),
                 "encrypted": room.encryption_state().is_encrypted(),
-                "joined_members": room.joined_members_count(),
+                "joined_members": joined_members(&room).await,
             }))
         }
         .await;
@@ -982,7 +1051,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Members of a joined room (joined and invited): user_id, display_name, membership, power_level, allowed (passes the sender gate).",
+        description = "Members of a joined room (joined and invited): user_id, display_name, membership, power_level (a number; \"infinite\" for a room's creator from room version 12), allowed (passes the sender gate).",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
     async fn room_members(
@@ -1005,7 +1074,12 @@ impl McpServer {
                         "user_id": m.user_id(),
                         "display_name": m.display_name(),
                         "membership": m.membership().to_string(),
-                        "power_level": format!("{:?}", m.power_level()),
+                        "power_level": match m.power_level() {
+                            UserPowerLevel::Int(n) => json!(n),
+                            UserPowerLevel::Infinite => json!("infinite"),
+                            // A level ruma may add later: unknown here.
+                            _ => Value::Null,
+                        },
                         "allowed": allowed(m.user_id().as_str()),
                     })
                 })
@@ -1202,6 +1276,26 @@ mod tests {
             assert!(permission_request(Some(bad.clone())).is_err(), "{bad}");
         }
         assert!(permission_request(None).is_err());
+    }
+
+    #[test]
+    fn long_text_of_short_paragraphs_is_cut_into_parts_whose_content_fits_the_budget() {
+        let text: Vec<String> = (0..1400)
+            .map(|i| format!("Paragraph {i:05}: the quick brown fox & the <lazy> dog."))
+            .collect();
+        let text = text.join("\n\n");
+        for budget in [MAX_CONTENT_BYTES, MAX_ENCRYPTED_CONTENT_BYTES] {
+            let parts = fit_parts(&text, budget);
+            assert!(parts.len() > 1);
+            for part in &parts {
+                let content = RoomMessageEventContentWithoutRelation::text_markdown(part);
+                let bytes = serde_json::to_vec(&content).unwrap().len();
+                assert!(bytes <= budget, "{bytes} > {budget}");
+            }
+            assert_eq!(parts.join("\n\n"), text);
+        }
+        assert_eq!(fit_parts("short", MAX_CONTENT_BYTES), vec!["short"]);
+        assert!(fit_parts(" \n ", MAX_CONTENT_BYTES).is_empty());
     }
 
     #[test]
