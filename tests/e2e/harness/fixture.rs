@@ -46,7 +46,7 @@ impl Fixture {
         identity.settle_ms = Some(SETTLE_MS);
         let mut config = ServerConfig {
             identities: vec![identity],
-            session_idle_secs: None,
+            ..ServerConfig::default()
         };
         tune(&mut config);
         let server = Server::start(config).await;

@@ -257,6 +257,33 @@ impl Human {
         .await
     }
 
+    /// Uploads `bytes` to the media repository (`POST /_matrix/media/v3/upload`) as
+    /// `content_type` named `filename`; returns the `mxc://` URI.
+    pub async fn upload(&self, bytes: &[u8], content_type: &str, filename: &str) -> String {
+        let url = format!(
+            "{}/_matrix/media/v3/upload?filename={}",
+            self.hs,
+            enc(filename)
+        );
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(&self.account.access_token)
+            .header("content-type", content_type)
+            .body(bytes.to_vec())
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "upload {filename}: {status} {body}");
+        body["content_uri"]
+            .as_str()
+            .unwrap_or_else(|| panic!("upload {filename}: no content_uri in {body}"))
+            .to_owned()
+    }
+
     /// `GET /rooms/{room}/event/{id}`.
     pub async fn event(&self, room: &str, id: &str) -> Value {
         let path = format!("/_matrix/client/v3/rooms/{}/event/{}", enc(room), enc(id));

@@ -58,6 +58,8 @@ pub struct ServerConfig {
     pub identities: Vec<Identity>,
     /// `session_idle_secs`: `None` leaves the server's default.
     pub session_idle_secs: Option<u64>,
+    /// `max_download_bytes`: `None` leaves the server's default.
+    pub max_download_bytes: Option<u64>,
 }
 
 /// A TOML basic string (a JSON string literal is one, escapes included).
@@ -78,6 +80,9 @@ impl ServerConfig {
         out.push_str("store_dir = \"store\"\n");
         if let Some(secs) = self.session_idle_secs {
             out.push_str(&format!("session_idle_secs = {secs}\n"));
+        }
+        if let Some(bytes) = self.max_download_bytes {
+            out.push_str(&format!("max_download_bytes = {bytes}\n"));
         }
         for id in &self.identities {
             out.push_str(&format!("\n[identities.{}]\n", id.name));

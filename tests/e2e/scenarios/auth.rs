@@ -79,6 +79,7 @@ async fn no_token_a_wrong_token_or_another_identitys_room_or_session_fails_clear
     let server = Server::start(ServerConfig {
         identities: vec![a, b],
         session_idle_secs: None,
+        max_download_bytes: None,
     })
     .await;
     let room_a = human.create_room(&[&alpha.user_id]).await;

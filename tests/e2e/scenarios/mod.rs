@@ -1,4 +1,5 @@
-//! The eight scenarios of issue 3, one module each.
+//! The eight scenarios of issue 3, one module each, and `tools`: the contract of
+//! every MCP tool on both mounts (README "HTTP and MCP", `impl/src/mcp.rs`).
 
 mod auth;
 mod chat;
@@ -8,3 +9,4 @@ mod relations;
 mod replay;
 mod restart;
 mod stream;
+mod tools;
