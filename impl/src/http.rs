@@ -20,7 +20,9 @@ use futures::{Stream, StreamExt};
 use mc_model::{IdentityId, Input, SessionId};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::service::{Peer, RoleServer};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, SessionError,
+};
 use rmcp::transport::streamable_http_server::session::{
     EventStore, EventStoreError, EventStream, RestoreOutcome, SessionManager, SessionState,
     SessionStore, SessionStoreError,
@@ -220,7 +222,7 @@ const EVENTS_KEPT: i64 = 2_000;
 /// unique across restarts (SQLite), and a resume replays exactly the events after
 /// `Last-Event-ID`, then stays open with the stream's live events.
 pub struct SqliteEventStore {
-    store: Store,
+    pub store: Store,
     live: tokio::sync::broadcast::Sender<(i64, String, ServerSseMessage)>,
 }
 
@@ -270,15 +272,41 @@ impl EventStore for SqliteEventStore {
         Ok(id.to_string())
     }
 
+    /// Always an error: an event id alone does not say who asks, and ids are
+    /// sequential, so a replay by id alone would hand one session's events (chat,
+    /// verdicts) to anyone who guesses a number. rmcp calls this for a GET without a
+    /// session (its stateless mode); resumption of a session's streams goes through
+    /// [`SqliteEventStore::replay_for_session`] instead.
     async fn replay_events_after(
         &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        Err(format!(
+            "Last-Event-ID {last_event_id:?} without a session: resumption needs the session's own id"
+        )
+        .into())
+    }
+}
+
+impl SqliteEventStore {
+    /// Replays the events after `last_event_id` in its stream, then stays open with the
+    /// stream's live events, if that stream is `session`'s own (a stream becomes a
+    /// session's when the session is handed one of its events, see [`Tracked`]).
+    /// Errors: an id that is not a number, unknown, expired, or of another session's
+    /// stream (the same error: to `session` the others' streams do not exist).
+    pub async fn replay_for_session(
+        &self,
+        session: &str,
         last_event_id: &str,
     ) -> Result<EventStream, EventStoreError> {
         let after: i64 = last_event_id
             .parse()
             .map_err(|_| format!("Last-Event-ID {last_event_id:?} is not one of ours"))?;
-        let Some(stream) = self.store.event_stream(after)? else {
-            return Err(format!("Last-Event-ID {after} is unknown or expired").into());
+        let Some(stream) = self.store.session_event_stream(after, session)? else {
+            return Err(format!(
+                "Last-Event-ID {after} is unknown, expired, or not of this session"
+            )
+            .into());
         };
         // Subscribe before reading, so nothing falls between the two.
         let mut rx = self.live.subscribe();
@@ -316,9 +344,12 @@ impl EventStore for SqliteEventStore {
     }
 }
 
-/// The session manager of the `/channel` mount: rmcp's local manager, plus the
-/// engine's view of which sessions have their stream open (`Attach` when a
-/// session's first stream opens, `Detach` when its last one closes).
+/// The session manager of both mounts: rmcp's local manager, plus
+/// - resumption bound to the session: a `Last-Event-ID` resumes only a stream of
+///   the session that asks (rmcp's own resume replays any stream by the id alone);
+/// - on `/channel`, the engine's view of which sessions have their stream open
+///   (`Attach` when a session's first stream opens, `Detach` when its last one
+///   closes).
 ///
 /// It also ends a session's streams when rmcp closes the session (idle expiry,
 /// DELETE): a resumed stream is ours (the event store's replay and live tail) and
@@ -326,6 +357,8 @@ impl EventStore for SqliteEventStore {
 /// and restore it.
 pub struct TrackingManager {
     pub inner: LocalSessionManager,
+    /// The same store as `inner`'s event store.
+    pub events: Arc<SqliteEventStore>,
     pub tracker: Option<Arc<StreamTracker>>,
     closers: Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>,
 }
@@ -413,32 +446,53 @@ impl Drop for StreamGuard {
     }
 }
 
-/// A stream carrying its [`StreamGuard`].
+/// A stream handed to a session: it binds the streams of the events it yields to
+/// that session (only a stream bound to a session can be resumed by it), and carries
+/// the [`StreamGuard`] of a `/channel` event stream.
 pub struct Tracked<S> {
     inner: Pin<Box<S>>,
+    bind: Option<(Store, String)>,
     _guard: Option<StreamGuard>,
 }
 
 impl<S: Stream<Item = ServerSseMessage>> Stream for Tracked<S> {
     type Item = ServerSseMessage;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
+        let next = self.inner.as_mut().poll_next(cx);
+        if let (Poll::Ready(Some(event)), Some((store, session))) = (&next, &self.bind) {
+            // Every time, not once: pruning forgets the binding of a stream whose
+            // events are all gone, and a session's stream may go on after that.
+            if let Some(id) = event.event_id.as_deref().and_then(|id| id.parse().ok()) {
+                if let Err(e) = store.bind_event_stream(id, session) {
+                    tracing::error!(%session, "binding an event stream failed: {e}");
+                }
+            }
+        }
+        next
     }
 }
 
 impl TrackingManager {
-    pub fn new(inner: LocalSessionManager, tracker: Option<Arc<StreamTracker>>) -> Self {
+    pub fn new(
+        inner: LocalSessionManager,
+        events: Arc<SqliteEventStore>,
+        tracker: Option<Arc<StreamTracker>>,
+    ) -> Self {
         TrackingManager {
             inner,
+            events,
             tracker,
             closers: Mutex::new(HashMap::new()),
         }
     }
 
+    /// Wraps a stream handed to session `id`; `event_stream` says whether it is the
+    /// session's event stream (a GET), whose opening and closing the engine hears of.
     fn track<S>(
         &self,
         id: &McpSessionId,
         stream: S,
+        event_stream: bool,
     ) -> Tracked<futures::stream::TakeUntil<S, ClosedFuture>>
     where
         S: Stream<Item = ServerSseMessage>,
@@ -453,9 +507,13 @@ impl TrackingManager {
         let until: ClosedFuture = Box::pin(async move {
             let _ = closed.wait_for(|c| *c).await;
         });
-        let guard = self.tracker.as_ref().and_then(|t| t.opened(id.as_ref()));
+        let guard = match (&self.tracker, event_stream) {
+            (Some(t), true) => t.opened(id.as_ref()),
+            _ => None,
+        };
         Tracked {
             inner: Box::pin(stream.take_until(until)),
+            bind: Some((self.events.store.clone(), id.to_string())),
             _guard: guard,
         }
     }
@@ -508,7 +566,8 @@ impl SessionManager for TrackingManager {
         id: &McpSessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.inner.create_stream(id, message).await
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(self.track(id, stream, false))
     }
 
     async fn accept_message(
@@ -524,7 +583,7 @@ impl SessionManager for TrackingManager {
         id: &McpSessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.inner.create_standalone_stream(id).await?;
-        Ok(self.track(id, stream))
+        Ok(self.track(id, stream, true))
     }
 
     async fn resume(
@@ -532,8 +591,13 @@ impl SessionManager for TrackingManager {
         id: &McpSessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        let stream = self.inner.resume(id, last_event_id).await?;
-        Ok(self.track(id, stream))
+        // Not `inner.resume`: with an event store it replays by the id alone.
+        let stream = self
+            .events
+            .replay_for_session(id.as_ref(), &last_event_id)
+            .await
+            .map_err(|e| LocalSessionManagerError::SessionError(SessionError::EventStore(e)))?;
+        Ok(self.track(id, stream, true))
     }
 
     async fn restore_session(
@@ -701,14 +765,38 @@ mod tests {
         json["params"]["content"].as_str().unwrap().to_string()
     }
 
+    /// A manager over `events`, as `serve` builds it (no engine).
+    fn manager(events: &Arc<SqliteEventStore>) -> TrackingManager {
+        let inner = LocalSessionManager::default().with_event_store(events.clone());
+        TrackingManager::new(inner, events.clone(), None)
+    }
+
+    /// Hands session `session` the events `ids` through the manager's wrapper, as
+    /// rmcp does when it streams them to the session's client.
+    async fn hand(manager: &TrackingManager, session: &str, ids: &[&str]) {
+        let events: Vec<ServerSseMessage> = ids
+            .iter()
+            .map(|id| {
+                let mut e = note(0);
+                e.event_id = Some(id.to_string());
+                e
+            })
+            .collect();
+        let stream = manager.track(&session.into(), futures::stream::iter(events), false);
+        assert_eq!(stream.count().await, ids.len());
+    }
+
     #[tokio::test]
     async fn a_resume_replays_exactly_what_followed_in_its_stream_then_stays_live() {
-        let events = SqliteEventStore::new(store());
+        let events = Arc::new(SqliteEventStore::new(store()));
+        let manager = manager(&events);
         let first = events.store_event("s:common", &note(1)).await.unwrap();
-        events.store_event("t:common", &note(99)).await.unwrap();
+        let other = events.store_event("t:common", &note(99)).await.unwrap();
         events.store_event("s:common", &note(2)).await.unwrap();
         events.store_event("s:common", &note(3)).await.unwrap();
-        let mut replay = events.replay_events_after(&first).await.unwrap();
+        hand(&manager, "s", &[&first]).await;
+        hand(&manager, "t", &[&other]).await;
+        let mut replay = manager.resume(&"s".into(), first).await.unwrap();
         assert_eq!(content(&replay.next().await.unwrap()), "n2");
         let third = replay.next().await.unwrap();
         assert_eq!(content(&third), "n3");
@@ -724,9 +812,68 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_resume_from_an_unknown_or_foreign_id_is_an_error() {
-        let events = SqliteEventStore::new(store());
-        assert!(events.replay_events_after("42").await.is_err());
-        assert!(events.replay_events_after("0/0").await.is_err());
+    async fn a_session_never_resumes_another_sessions_stream_by_its_event_ids() {
+        let events = Arc::new(SqliteEventStore::new(store()));
+        let manager = manager(&events);
+        // Session a's event stream, and the stream of one of its requests.
+        let a1 = events.store_event("a:common", &note(1)).await.unwrap();
+        events.store_event("a:common", &note(2)).await.unwrap();
+        let r1 = events.store_event("req-uuid", &note(3)).await.unwrap();
+        events.store_event("req-uuid", &note(4)).await.unwrap();
+        hand(&manager, "a", &[&a1, &r1]).await;
+        let b1 = events.store_event("b:common", &note(5)).await.unwrap();
+        hand(&manager, "b", &[&b1]).await;
+        for stolen in [&a1, &r1] {
+            assert!(
+                manager.resume(&"b".into(), stolen.clone()).await.is_err(),
+                "b resumed a's stream from {stolen}"
+            );
+        }
+        // An event of a's stream not handed to anyone yet is not b's either.
+        let a3 = events.store_event("a:common", &note(6)).await.unwrap();
+        assert!(manager.resume(&"b".into(), a3).await.is_err());
+        // a itself resumes both of its streams.
+        let mut own = manager.resume(&"a".into(), a1).await.unwrap();
+        assert_eq!(content(&own.next().await.unwrap()), "n2");
+        let mut own = manager.resume(&"a".into(), r1).await.unwrap();
+        assert_eq!(content(&own.next().await.unwrap()), "n4");
+    }
+
+    #[tokio::test]
+    async fn a_replay_by_the_event_id_alone_is_refused() {
+        // rmcp's stateless GET (no session) calls this with whatever id it is sent.
+        let events = Arc::new(SqliteEventStore::new(store()));
+        let manager = manager(&events);
+        let a1 = events.store_event("a:common", &note(1)).await.unwrap();
+        events.store_event("a:common", &note(2)).await.unwrap();
+        hand(&manager, "a", &[&a1]).await;
+        assert!(events.replay_events_after(&a1).await.is_err());
+        assert!(events.replay_events_after("0").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_resume_from_an_unknown_or_malformed_id_is_an_error() {
+        let events = Arc::new(SqliteEventStore::new(store()));
+        let manager = manager(&events);
+        for id in ["42", "0/0", "", "-1", "1e3"] {
+            assert!(
+                manager.resume(&"s".into(), id.to_string()).await.is_err(),
+                "{id:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn ending_a_session_forgets_its_streams_and_bindings() {
+        let events = Arc::new(SqliteEventStore::new(store()));
+        let manager = manager(&events);
+        let a1 = events.store_event("a:common", &note(1)).await.unwrap();
+        let r1 = events.store_event("req-uuid", &note(2)).await.unwrap();
+        events.store_event("req-uuid", &note(3)).await.unwrap();
+        hand(&manager, "a", &[&a1, &r1]).await;
+        events.store.delete_mcp_session("a").unwrap();
+        assert!(events.store.events_after("req-uuid", 0).unwrap().is_empty());
+        assert!(events.store.events_after("a:common", 0).unwrap().is_empty());
+        assert!(manager.resume(&"a".into(), r1).await.is_err());
     }
 }

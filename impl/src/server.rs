@@ -210,7 +210,7 @@ pub fn router(
     let manager = |tracker: Option<Arc<StreamTracker>>| {
         let mut inner = LocalSessionManager::default().with_event_store(event_store.clone());
         inner.session_config.keep_alive = idle;
-        Arc::new(TrackingManager::new(inner, tracker))
+        Arc::new(TrackingManager::new(inner, event_store.clone(), tracker))
     };
     let mut http_config =
         StreamableHttpServerConfig::default().with_allowed_hosts(config.allowed_hosts.clone());

@@ -102,7 +102,15 @@ CREATE TABLE IF NOT EXISTS pending_posts (
     plain TEXT NOT NULL,
     html TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sse_streams (
+    stream TEXT PRIMARY KEY,
+    session TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sse_streams_session ON sse_streams (session);
 ";
+
+/// SSE events kept in all, across streams (see [`Store::append_event`]).
+pub const EVENTS_KEPT_IN_ALL: i64 = 20_000;
 
 /// Token secrets start with this, so a leaked one is recognisable.
 pub const TOKEN_PREFIX: &str = "mct_";
@@ -294,13 +302,18 @@ impl Store {
     }
 
     pub fn delete_mcp_session(&self, id: &str) -> Result<(), StoreError> {
-        let conn = self.conn();
-        conn.execute("DELETE FROM mcp_sessions WHERE id = ?1", params![id])?;
-        conn.execute("DELETE FROM mcp_session_states WHERE id = ?1", params![id])?;
-        conn.execute(
-            "DELETE FROM sse_events WHERE stream LIKE ?1 || ':%'",
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM mcp_sessions WHERE id = ?1", params![id])?;
+        tx.execute("DELETE FROM mcp_session_states WHERE id = ?1", params![id])?;
+        tx.execute(
+            "DELETE FROM sse_events WHERE stream IN
+                 (SELECT stream FROM sse_streams WHERE session = ?1)
+             OR substr(stream, 1, length(?1) + 1) = ?1 || ':'",
             params![id],
         )?;
+        tx.execute("DELETE FROM sse_streams WHERE session = ?1", params![id])?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -349,7 +362,10 @@ impl Store {
     }
 
     /// Appends an SSE event and returns its id (unique across restarts). Keeps the last
-    /// `keep` events of the stream.
+    /// `keep` events of the stream, and the last [`EVENTS_KEPT_IN_ALL`] events of all
+    /// streams together: a request's stream (one per POST) is never appended to again,
+    /// and a session's stream outlives its client, so a per-stream bound alone lets the
+    /// table grow with every request and every session.
     pub fn append_event(
         &self,
         stream: &str,
@@ -368,17 +384,41 @@ impl Store {
                 "DELETE FROM sse_events WHERE stream = ?1 AND id <= ?2 - ?3",
                 params![stream, id, keep],
             )?;
+            conn.execute(
+                "DELETE FROM sse_events WHERE id <= ?1 - ?2",
+                params![id, EVENTS_KEPT_IN_ALL],
+            )?;
+            conn.execute(
+                "DELETE FROM sse_streams WHERE stream NOT IN (SELECT stream FROM sse_events)",
+                [],
+            )?;
         }
         Ok(id)
     }
 
-    /// The stream an event belongs to.
-    pub fn event_stream(&self, id: i64) -> Result<Option<String>, StoreError> {
+    /// Records that the stream of event `event_id` is `session`'s: the session was
+    /// handed that event. A stream already bound stays with its first session.
+    pub fn bind_event_stream(&self, event_id: i64, session: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR IGNORE INTO sse_streams (stream, session)
+             SELECT stream, ?2 FROM sse_events WHERE id = ?1",
+            params![event_id, session],
+        )?;
+        Ok(())
+    }
+
+    /// The stream of event `id`, if that stream is bound to `session`.
+    pub fn session_event_stream(
+        &self,
+        id: i64,
+        session: &str,
+    ) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn()
             .query_row(
-                "SELECT stream FROM sse_events WHERE id = ?1",
-                params![id],
+                "SELECT e.stream FROM sse_events e JOIN sse_streams s ON s.stream = e.stream
+                 WHERE e.id = ?1 AND s.session = ?2",
+                params![id, session],
                 |row| row.get(0),
             )
             .optional()?)
@@ -527,8 +567,18 @@ mod tests {
             .append_event("s:common", None, Some(3000), 100)
             .unwrap();
         assert!(a1 < b1 && b1 < a2);
-        assert_eq!(store.event_stream(b1).unwrap().as_deref(), Some("t:common"));
-        assert_eq!(store.event_stream(999).unwrap(), None);
+        store.bind_event_stream(b1, "t").unwrap();
+        assert_eq!(
+            store.session_event_stream(b1, "t").unwrap().as_deref(),
+            Some("t:common")
+        );
+        assert_eq!(store.session_event_stream(b1, "s").unwrap(), None);
+        assert_eq!(
+            store.session_event_stream(a1, "s").unwrap(),
+            None,
+            "unbound"
+        );
+        assert_eq!(store.session_event_stream(999, "t").unwrap(), None);
         let after = store.events_after("s:common", a1).unwrap();
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].id, a2);
@@ -537,6 +587,31 @@ mod tests {
         store.delete_mcp_session("s").unwrap();
         assert!(store.events_after("s:common", 0).unwrap().is_empty());
         assert_eq!(store.events_after("t:common", 0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn events_of_all_streams_together_are_pruned_to_a_bound() {
+        let (_dir, store) = store();
+        let total = EVENTS_KEPT_IN_ALL + 200;
+        let conn_count = |store: &Store| -> i64 {
+            store
+                .conn()
+                .query_row("SELECT count(*) FROM sse_events", [], |r| r.get(0))
+                .unwrap()
+        };
+        for i in 0..total {
+            // One stream per request, as rmcp makes for every POST.
+            let id = store
+                .append_event(&format!("req-{i}"), Some("{}"), None, 2_000)
+                .unwrap();
+            store.bind_event_stream(id, "s").unwrap();
+        }
+        assert!(conn_count(&store) <= EVENTS_KEPT_IN_ALL + 64);
+        let bindings: i64 = store
+            .conn()
+            .query_row("SELECT count(*) FROM sse_streams", [], |r| r.get(0))
+            .unwrap();
+        assert!(bindings <= EVENTS_KEPT_IN_ALL + 64, "{bindings}");
     }
 
     #[test]

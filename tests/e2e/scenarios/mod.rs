@@ -1,6 +1,7 @@
 //! The eight scenarios of issue 3, one module each, and `tools`: the contract of
 //! every MCP tool on both mounts (README "HTTP and MCP", `impl/src/mcp.rs`).
 
+mod attacks;
 mod auth;
 mod chat;
 mod permission_reaction;
