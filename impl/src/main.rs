@@ -3,7 +3,7 @@
 use anyhow::{anyhow, Context as _};
 use clap::{Parser, Subcommand};
 use mc_server::config::Config;
-use mc_server::store::Store;
+use mc_server::store::{Store, StoreLock};
 use std::io::BufRead as _;
 use std::path::PathBuf;
 
@@ -145,6 +145,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("identity {identity} is already logged in");
                 return Ok(());
             }
+            // Not while `serve` (or another login) runs on this store.
+            let _lock = StoreLock::acquire(&config.store_dir, "login")?;
             let password = read_password()?;
             let settings = &config.identities[&identity];
             let device = mc_server::matrix::login(&store, &identity, settings, &password).await?;

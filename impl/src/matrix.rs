@@ -23,6 +23,7 @@ use matrix_sdk::ruma::events::AnySyncTimelineEvent;
 use matrix_sdk::{Client, Room, RoomState};
 use mc_model::{IdentityId, Input};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// What the server keeps of an identity's Matrix login, next to its sqlite stores.
@@ -55,6 +56,28 @@ pub fn is_logged_in(store: &Store, name: &str) -> anyhow::Result<bool> {
     Ok(store.matrix_session(name)?.is_some())
 }
 
+/// Moves the identity's matrix-sdk store aside when it holds anything: `login` runs
+/// only when no session is stored, so such a store belongs to no session we know (a
+/// login cut short after the SDK wrote its crypto account, or a lost database).
+/// matrix-sdk refuses to log a new device in on it ("the account in the store doesn't
+/// match"), after the homeserver created that device, so every retry would fail and
+/// leave a device behind. Returns where it went.
+fn set_aside_orphaned_store(store: &Store, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    let dir = store.matrix_dir(name);
+    let used = std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some());
+    if !used {
+        return Ok(None);
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let aside = dir.with_file_name(format!("matrix.orphaned-{secs}"));
+    std::fs::rename(&dir, &aside)
+        .with_context(|| format!("moving {} to {}", dir.display(), aside.display()))?;
+    Ok(Some(aside))
+}
+
 /// Logs the identity in with a password, once: a new device whose session and keys
 /// persist in the identity's store. Returns the device id.
 /// Errors: wrong password or user (the homeserver's message), unreachable homeserver,
@@ -68,6 +91,13 @@ pub async fn login(
 ) -> anyhow::Result<String> {
     if is_logged_in(store, name)? {
         return Err(anyhow!("identity {name} is already logged in"));
+    }
+    if let Some(aside) = set_aside_orphaned_store(store, name)? {
+        tracing::warn!(
+            "identity {name}: its Matrix store had no stored session (a login cut short, \
+             or a lost database); it was moved to {} and a new device logs in",
+            aside.display()
+        );
     }
     let client = build_client(store, name, settings).await?;
     client
@@ -333,5 +363,31 @@ pub async fn fetch_raw(room: &Room, event_id: &str) -> Option<String> {
             tracing::debug!(%event_id, "fetching an event failed: {e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_matrix_store_without_a_stored_session_is_moved_aside_before_a_login() {
+        let dir = std::env::temp_dir().join(format!("mc-matrix-{}", rand::random::<u64>()));
+        let store = Store::open(&dir).unwrap();
+        // Nothing there, or an empty directory: nothing to move.
+        assert!(set_aside_orphaned_store(&store, "bot").unwrap().is_none());
+        std::fs::create_dir_all(store.matrix_dir("bot")).unwrap();
+        assert!(set_aside_orphaned_store(&store, "bot").unwrap().is_none());
+        // A crypto store left by a login that did not finish.
+        let crypto = store.matrix_dir("bot").join("matrix-sdk-crypto.sqlite3");
+        std::fs::write(&crypto, b"an Olm account for another device").unwrap();
+        let aside = set_aside_orphaned_store(&store, "bot").unwrap().unwrap();
+        assert!(!store.matrix_dir("bot").exists());
+        assert_eq!(
+            std::fs::read(aside.join("matrix-sdk-crypto.sqlite3")).unwrap(),
+            b"an Olm account for another device"
+        );
+        assert_eq!(aside.parent(), store.matrix_dir("bot").parent());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -10,7 +10,7 @@ use crate::http::{
 };
 use crate::matrix::{self, Identity};
 use crate::mcp::{App, McpServer};
-use crate::store::Store;
+use crate::store::{Store, StoreLock};
 use anyhow::{anyhow, Context as _};
 use async_trait::async_trait;
 use matrix_sdk::room::edit::EditedContent;
@@ -144,6 +144,7 @@ pub fn load_channel(store: &Store, config: &Config) -> anyhow::Result<Channel> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let _lock = StoreLock::acquire(&config.store_dir, "serve")?;
     let store = Store::open(&config.store_dir)?;
     let channel = load_channel(&store, &config)?;
 

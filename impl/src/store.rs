@@ -30,6 +30,74 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("locking {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the store {dir} is in use by another matrix-channel process ({holder}): \
+         two processes on one store would run one Matrix device twice and fork its \
+         keys; stop the other one first"
+    )]
+    InUse { dir: PathBuf, holder: String },
+}
+
+/// An exclusive lock on a store directory (`<store_dir>/lock`), held until dropped.
+///
+/// `serve` holds it for its whole life and `login` while it logs in: two processes on
+/// one store would both sync one Matrix device (each with its own copy of the crypto
+/// state, racing on one-time keys) and overwrite each other's model state. The lock
+/// is an advisory `flock`, released by the kernel when the process dies, even by
+/// SIGKILL. The file holds the holder's pid and command, for the error message.
+pub struct StoreLock {
+    _file: std::fs::File,
+}
+
+impl StoreLock {
+    /// Takes the lock for `what` (say `serve`), creating the directory if needed.
+    /// Errors: another process holds it ([`StoreError::InUse`], saying which), or the
+    /// directory or file cannot be created.
+    pub fn acquire(dir: &Path, what: &str) -> Result<StoreLock, StoreError> {
+        use std::io::{Read as _, Seek as _, Write as _};
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join("lock");
+        let lock_err = |source| StoreError::Lock {
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(lock_err)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "unknown pid".to_string(),
+                    h => h.to_string(),
+                };
+                return Err(StoreError::InUse {
+                    dir: dir.to_path_buf(),
+                    holder,
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(lock_err(e)),
+        }
+        file.set_len(0).map_err(lock_err)?;
+        file.rewind().map_err(lock_err)?;
+        write!(file, "pid {}, {what}", std::process::id()).map_err(lock_err)?;
+        file.flush().map_err(lock_err)?;
+        Ok(StoreLock { _file: file })
+    }
 }
 
 /// A token as listed: never the secret itself.
@@ -482,6 +550,24 @@ mod tests {
                 let _ = std::fs::remove_dir_all(&self.0);
             }
         }
+    }
+
+    #[test]
+    fn a_store_is_locked_by_one_process_at_a_time_and_the_refusal_names_the_holder() {
+        let dir = tempdir::Dir::new();
+        let first = StoreLock::acquire(dir.path(), "serve").unwrap();
+        let err = match StoreLock::acquire(dir.path(), "login") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a second lock on a locked store was granted"),
+        };
+        assert!(err.contains("in use"), "{err}");
+        assert!(
+            err.contains(&format!("pid {}, serve", std::process::id())),
+            "{err}"
+        );
+        drop(first);
+        let again = StoreLock::acquire(dir.path(), "serve");
+        assert!(again.is_ok(), "the lock is free once its holder is gone");
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! Attacks on the HTTP surface that the eight scenarios do not cover: what a token
-//! holder can take from sessions that are not its own.
+//! Attacks that the eight scenarios do not cover: what a token holder can take from
+//! sessions that are not its own, and a second server started on a running one's store.
 
 use crate::harness::expect::{
     assert_push, assert_verdict, message, permission_request, PERMISSION_REQUEST,
 };
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
+use crate::harness::server::binary;
 use crate::harness::WAIT;
 use std::time::Duration;
 
@@ -117,4 +118,96 @@ async fn no_session_resumes_another_sessions_events_by_guessing_last_event_ids()
         }
     }
     assert!(resumed, "the victim could not resume its own stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_on_the_same_store_refuses_to_start_and_the_first_keeps_working() {
+    let f = Fixture::start(|_| {}).await;
+    let (session, _) = f.channel("session").await;
+    let config = f.server.config_path();
+    let mut second = tokio::process::Command::new(binary());
+    second
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .current_dir(config.parent().expect("the config's directory"))
+        .env("MATRIX_CHANNEL_LISTEN", "127.0.0.1:0")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(WAIT, second.output())
+        .await
+        .expect("a second serve on the same store exits at once instead of running")
+        .expect("run matrix-channel serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the second serve exited with success"
+    );
+    assert!(
+        stderr.contains("in use by another matrix-channel process"),
+        "the refusal says why: {stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("listening"),
+        "the second serve listened"
+    );
+
+    // A second `login` of the identity while it serves changes nothing and says so.
+    let login = f
+        .server
+        .cli(&["login", "--identity", IDENTITY], Some("x"))
+        .await;
+    assert!(login.status.success(), "{login:?}");
+    assert!(
+        String::from_utf8_lossy(&login.stdout).contains("already logged in"),
+        "{login:?}"
+    );
+
+    // The first server is unharmed.
+    let text = "still served by the first";
+    let id = f.human.send_text(&f.room, text).await;
+    assert_push(
+        &session.next_notification(WAIT).await,
+        &message(text, &f.origin(&id).await),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_after_the_database_was_lost_logs_a_new_device_in_and_serves() {
+    let mut f = Fixture::start(|_| {}).await;
+    f.server.kill9().await;
+    // The operator loses the server's database, not the identity's Matrix store.
+    let dir = f
+        .server
+        .config_path()
+        .parent()
+        .expect("the config's directory")
+        .join("store");
+    for file in [
+        "matrix-channel.sqlite3",
+        "matrix-channel.sqlite3-wal",
+        "matrix-channel.sqlite3-shm",
+    ] {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    let login = f
+        .server
+        .cli(&["login", "--identity", IDENTITY], Some(&f.bot.password))
+        .await;
+    assert!(
+        login.status.success(),
+        "login on a Matrix store without a session: {}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let token = f.server.create_token(IDENTITY, "after the loss").await;
+    f.server.restart().await;
+    let session = McpClient::spawn("session").await;
+    session.connect(&f.server.url("/channel"), &token).await;
+    let text = "served by the new device";
+    let id = f.human.send_text(&f.room, text).await;
+    assert_push(
+        &session.next_notification(WAIT).await,
+        &message(text, &f.origin(&id).await),
+    );
 }
