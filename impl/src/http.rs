@@ -116,32 +116,55 @@ fn not_found(message: &str) -> Response {
         .into_response()
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case,
+/// RFC 9110 section 11.1), `None` when there is none.
+fn bearer_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+}
+
 /// State of the authentication middleware.
 #[derive(Clone)]
 pub struct AuthState {
     pub store: Store,
+    /// How often a streaming response rechecks its request's token (see
+    /// [`authenticate`]).
+    pub recheck: Duration,
 }
+
+impl AuthState {
+    pub fn new(store: Store) -> Self {
+        AuthState {
+            store,
+            recheck: TOKEN_RECHECK,
+        }
+    }
+}
+
+/// How often an open event stream checks that its token is still valid.
+pub const TOKEN_RECHECK: Duration = Duration::from_secs(2);
 
 /// Fails closed: every request needs `Authorization: Bearer <token>` naming a known
 /// token (401 with `WWW-Authenticate` otherwise); a request naming an MCP session
 /// must come from that session's identity and mount (404 otherwise: to anyone else
 /// the session does not exist). A new session is bound to the caller when rmcp
 /// answers its `initialize` with an `Mcp-Session-Id`.
+///
+/// A token is checked on every request, and a streaming response (an SSE event
+/// stream, which lives as long as the client stays) ends within
+/// [`AuthState::recheck`] of its token being revoked: otherwise a revoked client
+/// would keep receiving every push on a stream it opened before.
 pub async fn authenticate(
     State(state): State<AuthState>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(token) = token else {
+    let Some(token) = bearer_token(req.headers()) else {
         return unauthorized("missing bearer token: send `Authorization: Bearer <token>`");
     };
-    let identity = match state.store.token_identity(token) {
+    let identity = match state.store.token_identity(&token) {
         Ok(Some(identity)) => identity,
         Ok(None) => return unauthorized("unknown or revoked token"),
         Err(e) => {
@@ -186,7 +209,37 @@ pub async fn authenticate(
             }
         }
     }
-    response
+    let streaming = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streaming {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let revoked = token_revoked(state.store.clone(), token, identity, state.recheck);
+    let body = body.into_data_stream().take_until(revoked);
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
+}
+
+/// Resolves once `token` no longer names `identity` (revoked), checking every
+/// `every`. A failed lookup counts as revoked: fail closed.
+async fn token_revoked(store: Store, token: String, identity: String, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match store.token_identity(&token) {
+            Ok(Some(still)) if still == identity => continue,
+            Ok(_) => {
+                tracing::info!(%identity, "a token was revoked: ending its open stream");
+                return;
+            }
+            Err(e) => {
+                tracing::error!("token lookup failed, ending the stream: {e}");
+                return;
+            }
+        }
+    }
 }
 
 /// rmcp's durable-session hook: the client's `initialize` params, in SQLite.
@@ -640,12 +693,32 @@ mod tests {
                 .insert("x-caller", HeaderValue::from_str(&caller).unwrap());
             response
         }
+        /// An endless event stream, as rmcp's GET answers.
+        async fn events() -> Response {
+            let ticks = futures::stream::unfold(0u64, |n| async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Some((
+                    Ok::<_, std::convert::Infallible>(format!("data: {n}\n\n")),
+                    n + 1,
+                ))
+            });
+            let mut response = Response::new(Body::from_stream(ticks));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            response
+        }
         axum::Router::new()
             .route("/mcp", post(inner))
             .route("/channel", post(inner))
+            .route("/channel/events", post(events))
             .route("/other", post(inner))
             .layer(axum::middleware::from_fn_with_state(
-                AuthState { store },
+                AuthState {
+                    store,
+                    recheck: Duration::from_millis(50),
+                },
                 authenticate,
             ))
     }
@@ -740,6 +813,77 @@ mod tests {
                 .status(),
             StatusCode::NOT_FOUND
         );
+    }
+
+    #[tokio::test]
+    async fn an_open_event_stream_ends_soon_after_its_token_is_revoked_and_others_go_on() {
+        let store = store();
+        let app = app(store.clone());
+        let revoked = store.create_token("a", "stolen").unwrap();
+        let kept = store.create_token("a", "laptop").unwrap();
+        let open = |token: String| {
+            let app = app.clone();
+            async move {
+                let response = call(&app, "/channel/events", Some(&token), Some("new-1")).await;
+                assert_eq!(response.status(), StatusCode::OK);
+                response.into_body().into_data_stream()
+            }
+        };
+        // The session must exist for the calls that name it.
+        call(&app, "/channel", Some(&kept), None).await;
+        let mut stolen = open(revoked.clone()).await;
+        let mut laptop = open(kept).await;
+        assert!(stolen.next().await.unwrap().is_ok());
+        assert!(laptop.next().await.unwrap().is_ok());
+        let id = store
+            .list_tokens()
+            .unwrap()
+            .into_iter()
+            .find(|t| t.label == "stolen")
+            .unwrap()
+            .id;
+        store.revoke_token(&id).unwrap();
+        let drained = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(chunk) = stolen.next().await {
+                chunk.unwrap();
+            }
+        })
+        .await;
+        assert!(drained.is_ok(), "the revoked token's stream is still open");
+        assert!(
+            laptop.next().await.unwrap().is_ok(),
+            "the other token's goes on"
+        );
+        let again = call(&app, "/channel/events", Some(&revoked), Some("new-1")).await;
+        assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case_and_nothing_else_is_a_token() {
+        let token = |value: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+            bearer_token(&headers)
+        };
+        for ok in [
+            "Bearer mct_x",
+            "bearer mct_x",
+            "BEARER  mct_x ",
+            "Bearer\tmct_x",
+        ] {
+            assert_eq!(token(ok).as_deref(), Some("mct_x"), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "Bearer",
+            "Bearer ",
+            "Basic mct_x",
+            "Bearermct_x",
+            "mct_x",
+        ] {
+            assert_eq!(token(bad), None, "{bad:?}");
+        }
+        assert_eq!(bearer_token(&axum::http::HeaderMap::new()), None);
     }
 
     #[test]

@@ -234,7 +234,7 @@ pub fn router(
         .nest_service("/mcp", tools)
         .nest_service("/channel", channel)
         .layer(axum::middleware::from_fn_with_state(
-            AuthState { store },
+            AuthState::new(store),
             authenticate,
         ))
 }

@@ -7,7 +7,7 @@ use crate::harness::expect::{
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
 use crate::harness::server::binary;
-use crate::harness::WAIT;
+use crate::harness::{QUIET, WAIT};
 use std::time::Duration;
 
 /// Event ids are small integers handed out in order: an attacker tries them all.
@@ -210,4 +210,44 @@ async fn a_login_after_the_database_was_lost_logs_a_new_device_in_and_serves() {
         &session.next_notification(WAIT).await,
         &message(text, &f.origin(&id).await),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_tokens_open_stream_ends_and_gets_nothing_more() {
+    let f = Fixture::start(|_| {}).await;
+    let stolen = f.server.create_token(IDENTITY, "stolen").await;
+    let (kept, _) = f.channel("kept").await;
+    let thief = McpClient::spawn("thief").await;
+    thief.connect(&f.server.url("/channel"), &stolen).await;
+    let text = "before the revocation";
+    let id = f.human.send_text(&f.room, text).await;
+    let expected = message(text, &f.origin(&id).await);
+    assert_push(&kept.next_notification(WAIT).await, &expected);
+    assert_push(&thief.next_notification(WAIT).await, &expected);
+
+    let list = f.server.cli(&["token", "list"], None).await;
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let token_id = list
+        .lines()
+        .find(|line| line.ends_with("\tstolen"))
+        .and_then(|line| line.split('\t').next())
+        .unwrap_or_else(|| panic!("no token labelled stolen in {list}"))
+        .to_owned();
+    let revoke = f.server.cli(&["token", "revoke", &token_id], None).await;
+    assert!(revoke.status.success(), "{revoke:?}");
+    // The server rechecks open streams every 2 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let text = "after the revocation";
+    let id = f.human.send_text(&f.room, text).await;
+    assert_push(
+        &kept.next_notification(WAIT).await,
+        &message(text, &f.origin(&id).await),
+    );
+    thief.expect_no_notification(QUIET).await;
+    let err = thief
+        .call("whoami", serde_json::json!({}))
+        .await
+        .expect_err("a request with a revoked token fails");
+    assert_eq!(err.code, serde_json::json!(401), "{err}");
 }
