@@ -131,6 +131,26 @@ fn done(result: Result<Value, ToolError>) -> ToolResult {
     ))
 }
 
+/// Whether `event_id` is the message of one of `identity`'s permission prompts that
+/// the model still holds (posted, answerable, decided or being delivered).
+pub async fn is_live_prompt(
+    engine: &EngineHandle,
+    identity: &str,
+    event_id: &str,
+) -> Result<bool, crate::engine::EngineStopped> {
+    let identity = IdentityId(identity.to_string());
+    let event_id = event_id.to_string();
+    engine
+        .read(move |c| {
+            c.identity(&identity).is_some_and(|s| {
+                s.prompts()
+                    .iter()
+                    .any(|p| p.phase.message().is_some_and(|m| m.as_str() == event_id))
+            })
+        })
+        .await
+}
+
 fn upstream(e: impl std::fmt::Display) -> ToolError {
     ToolError::Upstream(e.to_string())
 }
@@ -350,6 +370,28 @@ impl McpServer {
                 identity.settings.user_id
             ))),
         }
+    }
+
+    /// Refuses a tool action aimed at one of the identity's live permission prompts
+    /// (an edit, a redaction, a reaction, a reply or thread): the prompt is the
+    /// approver's view of what they allow, and the agent that asked must not be able
+    /// to rewrite, hide or annotate it (an edit showing `ls` for an `rm -rf` was
+    /// approved as shown).
+    async fn refuse_prompt(
+        &self,
+        identity: &Identity,
+        event_id: &OwnedEventId,
+    ) -> Result<(), ToolError> {
+        if is_live_prompt(&self.app.engine, &identity.name, event_id.as_str())
+            .await
+            .map_err(upstream)?
+        {
+            return Err(ToolError::Forbidden(format!(
+                "{event_id} is a permission prompt: it is the server's, and only approvers \
+                 answer it"
+            )));
+        }
+        Ok(())
     }
 
     fn allowed<'a>(identity: &'a Identity) -> impl Fn(&str) -> bool + 'a {
@@ -652,6 +694,9 @@ impl McpServer {
             }
             let reply_to = args.reply_to.as_deref().map(parse_event).transpose()?;
             let thread_root = args.thread_root.as_deref().map(parse_event).transpose()?;
+            for target in reply_to.iter().chain(thread_root.iter()) {
+                self.refuse_prompt(identity, target).await?;
+            }
             let key = args
                 .txn_id
                 .clone()
@@ -682,7 +727,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Edit one of the identity's own messages (m.replace). Returns the edit's event_id.",
+        description = "Edit one of the identity's own messages (m.replace), never a permission prompt. Returns the edit's event_id.",
         annotations(
             read_only_hint = false,
             destructive_hint = true,
@@ -702,6 +747,7 @@ impl McpServer {
             if args.text.trim().is_empty() {
                 return Err(ToolError::Invalid("text is empty".to_string()));
             }
+            self.refuse_prompt(identity, &event_id).await?;
             let original = room.event(&event_id, None).await.map_err(matrix_error)?;
             let sender = original
                 .raw()
@@ -731,7 +777,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "React to an event with a key (an m.annotation, e.g. 👍). Returns the reaction's event_id.",
+        description = "React to an event with a key (an m.annotation, e.g. 👍), never to a permission prompt. Returns the reaction's event_id.",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -751,6 +797,7 @@ impl McpServer {
             if args.key.is_empty() {
                 return Err(ToolError::Invalid("key is empty".to_string()));
             }
+            self.refuse_prompt(identity, &event_id).await?;
             let content = ReactionEventContent::new(Annotation::new(event_id, args.key.clone()));
             let response = room.send(content).await.map_err(matrix_error)?;
             Ok(json!({ "event_id": response.response.event_id }))
@@ -760,7 +807,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "Redact (delete) an event: the identity's own, or another's where its power level allows. Returns the redaction's event_id.",
+        description = "Redact (delete) an event: the identity's own (never a permission prompt), or another's where its power level allows. Returns the redaction's event_id.",
         annotations(
             read_only_hint = false,
             destructive_hint = true,
@@ -777,6 +824,7 @@ impl McpServer {
         let result = async {
             let room = self.joined(identity, &args.room_id).await?;
             let event_id = parse_event(&args.event_id)?;
+            self.refuse_prompt(identity, &event_id).await?;
             let response = room
                 .redact(&event_id, args.reason.as_deref(), None)
                 .await
@@ -1243,6 +1291,110 @@ pub fn permission_request(params: Option<Value>) -> Result<PermissionRequest, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wire on which every prompt posts as `$prompt`.
+    struct PromptWire;
+
+    #[async_trait::async_trait]
+    impl crate::engine::Wire for PromptWire {
+        async fn notify(&self, _: &SessionId, _: &str, _: Value) -> Result<(), String> {
+            Ok(())
+        }
+        async fn post_prompt(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::RoomId,
+            _: &mc_model::PromptText,
+            _: &str,
+        ) -> Result<mc_model::EventId, String> {
+            Ok(mc_model::EventId("$prompt".into()))
+        }
+        async fn edit_prompt(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::RoomId,
+            _: &mc_model::EventId,
+            _: &mc_model::PromptText,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+        async fn notice(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::RoomId,
+            _: &mc_model::EventId,
+            _: &str,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_posted_prompt_is_known_by_its_message_and_nothing_else_is() {
+        use mc_model::{IdentityConfig, Message, MessageContent, MsgType, RoomId, UserId};
+        let mut channel = mc_model::Channel::new();
+        let alice = UserId("@alice:hs".into());
+        let config = IdentityConfig::new(UserId("@bot:hs".into()), [alice.clone()]);
+        let bot = IdentityId("bot".into());
+        channel.add_identity(bot.clone(), config).unwrap();
+        let (engine, _task) = crate::engine::spawn(
+            channel,
+            Arc::new(PromptWire),
+            crate::engine::NoPersist,
+            || 1_700_000_000_000,
+        );
+        let session = SessionId("s1".into());
+        engine
+            .submit(Input::Attach {
+                identity: bot.clone(),
+                session: session.clone(),
+            })
+            .unwrap();
+        // The prompt goes to the room the allowed sender last wrote in.
+        engine
+            .submit(Input::Message {
+                identity: bot.clone(),
+                message: Message {
+                    room: RoomId("!r:hs".into()),
+                    event_id: mc_model::EventId("$hello".into()),
+                    sender: alice,
+                    sender_name: None,
+                    origin_server_ts: 5,
+                    content: Some(MessageContent {
+                        msgtype: MsgType::Text,
+                        body: "hello".into(),
+                        formatted_body: None,
+                        relation: None,
+                        attachment: None,
+                    }),
+                },
+            })
+            .unwrap();
+        assert!(!is_live_prompt(&engine, "bot", "$prompt").await.unwrap());
+        engine
+            .submit(Input::PermissionRequest {
+                identity: bot,
+                session,
+                request: permission_request(Some(json!({
+                    "request_id": "abcde", "tool_name": "Bash",
+                    "description": "rm -rf /", "input_preview": "{}"
+                })))
+                .unwrap(),
+            })
+            .unwrap();
+        // The post runs in a task and reports back through the engine's queue.
+        let mut posted = false;
+        for _ in 0..100 {
+            if is_live_prompt(&engine, "bot", "$prompt").await.unwrap() {
+                posted = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(posted, "the posted prompt is known by its message");
+        assert!(!is_live_prompt(&engine, "bot", "$hello").await.unwrap());
+        assert!(!is_live_prompt(&engine, "other", "$prompt").await.unwrap());
+    }
 
     #[test]
     fn the_instructions_fit_claude_codes_limit_and_start_with_security() {

@@ -8,6 +8,7 @@ use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
 use crate::harness::server::binary;
 use crate::harness::{QUIET, WAIT};
+use serde_json::json;
 use std::time::Duration;
 
 /// Event ids are small integers handed out in order: an attacker tries them all.
@@ -246,8 +247,71 @@ async fn a_revoked_tokens_open_stream_ends_and_gets_nothing_more() {
     );
     thief.expect_no_notification(QUIET).await;
     let err = thief
-        .call("whoami", serde_json::json!({}))
+        .call("whoami", json!({}))
         .await
         .expect_err("a request with a revoked token fails");
-    assert_eq!(err.code, serde_json::json!(401), "{err}");
+    assert_eq!(err.code, json!(401), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_cannot_edit_redact_react_to_or_reply_to_a_pending_prompt() {
+    let f = Fixture::start(|_| {}).await;
+    let (session, _) = f.channel("session").await;
+    let request = "rmzyx";
+    session
+        .notify(
+            PERMISSION_REQUEST,
+            permission_request(request, "Bash", "rm -rf /", r#"{"command":"rm -rf /"}"#),
+        )
+        .await;
+    let prompt = f.wait_prompt(request).await;
+    let prompt_id = prompt["event_id"].as_str().expect("an event id").to_owned();
+    let tools = McpClient::spawn("tools").await;
+    tools
+        .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
+        .await;
+    let room = f.room.as_str();
+    let attempts = [
+        (
+            "edit_message",
+            json!({ "room_id": room, "event_id": prompt_id, "text": "🔐 Permission request rmzyx: Bash\nls" }),
+        ),
+        ("redact", json!({ "room_id": room, "event_id": prompt_id })),
+        (
+            "send_reaction",
+            json!({ "room_id": room, "event_id": prompt_id, "key": "✅" }),
+        ),
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "It only lists files.", "reply_to": prompt_id }),
+        ),
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "It only lists files.", "thread_root": prompt_id }),
+        ),
+    ];
+    for (client, mount) in [(&tools, "/mcp"), (&session, "/channel")] {
+        for (tool, args) in &attempts {
+            if mount == "/channel" && *tool == "redact" {
+                continue; // not offered on /channel
+            }
+            let result = client
+                .call(tool, args.clone())
+                .await
+                .unwrap_or_else(|e| panic!("{mount} {tool}: {e}"));
+            assert_eq!(
+                result["isError"], true,
+                "{mount} {tool} on the prompt: {result}"
+            );
+            assert_eq!(
+                result["structuredContent"]["error"]["kind"], "forbidden",
+                "{mount} {tool}: {result}"
+            );
+        }
+    }
+    // The prompt is as the server posted it, and still answers the approver.
+    let seen = f.human.event(&f.room, &prompt_id).await;
+    assert_eq!(seen["content"], prompt["content"], "{seen}");
+    f.human.send_text(&f.room, &format!("yes {request}")).await;
+    assert_verdict(&session.next_notification(WAIT).await, request, "allow");
 }
