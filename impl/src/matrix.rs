@@ -32,6 +32,41 @@ struct StoredSession {
     session: MatrixSession,
     /// Whether the first sync (which replays history) has been done.
     synced: bool,
+    /// The sync position up to which the engine has handled and persisted every
+    /// event (see [`start`]); `None` before the first sync.
+    #[serde(default)]
+    sync_token: Option<String>,
+}
+
+/// Records `token` as the position up to which every event is in the model.
+fn save_handled_position(store: &Store, name: &str, token: &str) -> anyhow::Result<()> {
+    if let Some(json) = store.matrix_session(name)? {
+        let mut stored: StoredSession = serde_json::from_str(&json)?;
+        stored.synced = true;
+        stored.sync_token = Some(token.to_string());
+        store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
+    }
+    Ok(())
+}
+
+/// Sets matrix-sdk's stored sync position back to `token` (before
+/// `restore_session`, which loads it). matrix-sdk persists a sync response's
+/// position before it runs the event handlers, so the events of the last response
+/// may never have reached the model when the process died; syncing again from our
+/// own position delivers them again (the model drops what it already has). It must
+/// be the SDK's position too: the SDK skips a response whose `next_batch` is its
+/// stored one, which is what the homeserver answers when nothing newer happened.
+async fn rewind_sync_position(client: &Client, token: &str) -> anyhow::Result<()> {
+    use matrix_sdk::store::{StateStoreDataKey, StateStoreDataValue};
+    client
+        .state_store()
+        .set_kv_data(
+            StateStoreDataKey::SyncToken,
+            StateStoreDataValue::SyncToken(token.to_string()),
+        )
+        .await
+        .context("rewinding the stored sync position")?;
+    Ok(())
 }
 
 /// Builds the identity's client on its persistent store (without logging in).
@@ -122,6 +157,7 @@ pub async fn login(
     let stored = StoredSession {
         session,
         synced: false,
+        sync_token: None,
     };
     store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
     Ok(device)
@@ -154,6 +190,11 @@ pub async fn restore(
         ));
     }
     let client = build_client(store, name, settings).await?;
+    if let Some(token) = &stored.sync_token {
+        rewind_sync_position(&client, token)
+            .await
+            .with_context(|| format!("identity {name}"))?;
+    }
     client
         .restore_session(stored.session)
         .await
@@ -194,33 +235,39 @@ pub async fn start(
     let settings = SyncSettings::default().filter(sync_filter());
     if !synced {
         // A new device's first sync replays recent history: not input.
-        client
+        let first = client
             .sync_once(settings.clone().timeout(Duration::ZERO))
             .await
             .with_context(|| format!("identity {name}: first sync"))?;
-        if let Some(json) = store.matrix_session(&name)? {
-            let mut stored: StoredSession = serde_json::from_str(&json)?;
-            stored.synced = true;
-            store.save_matrix_session(&name, &serde_json::to_string(&stored)?)?;
-        }
+        save_handled_position(store, &name, &first.next_batch)?;
     }
-    add_handlers(identity, engine);
+    add_handlers(identity, engine.clone());
     // Catch up on what happened while the server was down, before saying ready.
     let response = client
         .sync_once(settings.clone().timeout(Duration::ZERO))
         .await
         .with_context(|| format!("identity {name}: catch-up sync"))?;
+    handled(&engine, store, &name, &response.next_batch).await?;
     // Invites that arrived while the server was down (or before the first sync)
     // fired no handler: join those from allowed senders now.
     for room in client.invited_rooms() {
         join_if_invited_by_allowed(&room, &identity.settings.allowed_senders).await;
     }
-    let settings = settings.token(response.next_batch);
+    let mut settings = settings.token(response.next_batch);
+    let store = store.clone();
     Ok(tokio::spawn(async move {
+        // `Client::sync` is this loop without the wait for the engine.
         let mut backoff = Duration::from_secs(1);
         loop {
-            match client.sync(settings.clone()).await {
-                Ok(()) => return,
+            match client.sync_once(settings.clone()).await {
+                Ok(response) => {
+                    if let Err(e) = handled(&engine, &store, &name, &response.next_batch).await {
+                        tracing::warn!(identity = %name, "{e:#}");
+                        return;
+                    }
+                    settings = settings.token(response.next_batch);
+                    backoff = Duration::from_secs(1);
+                }
                 Err(e) => {
                     tracing::warn!(identity = %name, "sync failed, retrying in {backoff:?}: {e}");
                     tokio::time::sleep(backoff).await;
@@ -229,6 +276,24 @@ pub async fn start(
             }
         }
     }))
+}
+
+/// After a sync response's handlers ran (they hand their inputs to the engine):
+/// waits until the engine has handled and persisted those inputs, then records the
+/// response's position as ours. A process that dies before that syncs that
+/// response again on restart (see [`rewind_sync_position`]).
+async fn handled(
+    engine: &EngineHandle,
+    store: &Store,
+    name: &str,
+    next_batch: &str,
+) -> anyhow::Result<()> {
+    engine
+        .read(|_| ())
+        .await
+        .map_err(|e| anyhow!("identity {name}: {e}; the sync stops"))?;
+    save_handled_position(store, name, next_batch)
+        .with_context(|| format!("identity {name}: saving the sync position"))
 }
 
 /// Joins an invited room when the inviter is an allowed sender; other invites are

@@ -2,7 +2,7 @@
 //! sessions that are not its own, and a second server started on a running one's store.
 
 use crate::harness::expect::{
-    assert_push, assert_verdict, message, permission_request, PERMISSION_REQUEST,
+    assert_push, assert_verdict, message, permission_request, replayed, PERMISSION_REQUEST,
 };
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
@@ -314,4 +314,53 @@ async fn the_agent_cannot_edit_redact_react_to_or_reply_to_a_pending_prompt() {
     assert_eq!(seen["content"], prompt["content"], "{seen}");
     f.human.send_text(&f.room, &format!("yes {request}")).await;
     assert_verdict(&session.next_notification(WAIT).await, request, "allow");
+}
+
+/// Copies the server's database as it is now (SQLite's `VACUUM INTO`, safe while the
+/// server runs) to `to`.
+fn snapshot_database(store: &std::path::Path, to: &std::path::Path) {
+    let db = rusqlite::Connection::open(store.join("matrix-channel.sqlite3")).expect("open");
+    db.execute("VACUUM INTO ?1", [to.to_str().expect("a UTF-8 path")])
+        .expect("VACUUM INTO");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_matrix_store_had_but_the_model_did_not_is_delivered_after_a_crash() {
+    let mut f = Fixture::start(|_| {}).await;
+    let store = f
+        .server
+        .config_path()
+        .parent()
+        .expect("the config's directory")
+        .join("store");
+    let (session, _) = f.channel("before").await;
+    let text = "handled before the snapshot";
+    let id = f.human.send_text(&f.room, text).await;
+    assert_push(
+        &session.next_notification(WAIT).await,
+        &message(text, &f.origin(&id).await),
+    );
+    session.close().await;
+    f.sync_barrier().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The database as it was before the next message: what a crash leaves when the
+    // Matrix SDK has stored a sync response but the engine has not yet handled its
+    // events (the SDK stores its position before it runs the event handlers).
+    let snapshot = store.with_file_name("snapshot.sqlite3");
+    snapshot_database(&store, &snapshot);
+    let text = "in the sync response the crash cut";
+    let lost = f.human.send_text(&f.room, text).await;
+    f.sync_barrier().await;
+    f.server.kill9().await;
+    for file in ["-wal", "-shm", ""] {
+        let _ = std::fs::remove_file(store.join(format!("matrix-channel.sqlite3{file}")));
+    }
+    std::fs::copy(&snapshot, store.join("matrix-channel.sqlite3")).expect("restore");
+    f.server.restart().await;
+
+    let (after, _) = f.channel("after").await;
+    assert_push(
+        &after.next_notification(WAIT).await,
+        &replayed(message(text, &f.origin(&lost).await)),
+    );
 }
