@@ -73,6 +73,7 @@ pub struct Caller {
 #[derive(Clone, Default)]
 pub struct Peers {
     inner: Arc<Mutex<HashMap<String, Peer<RoleServer>>>>,
+    registered: Arc<tokio::sync::Notify>,
 }
 
 impl Peers {
@@ -80,6 +81,26 @@ impl Peers {
     /// gets a new peer; the old one is dead).
     pub fn insert(&self, session: &str, peer: Peer<RoleServer>) {
         self.lock().insert(session.to_string(), peer);
+        self.registered.notify_waiters();
+    }
+
+    /// Waits until `session` has a peer, at most `timeout`; returns whether it has.
+    ///
+    /// rmcp runs `on_initialized` (which registers the peer) in the session's worker
+    /// after answering the client's `notifications/initialized` with 202, so a client
+    /// can open its event stream before the peer exists: a push then would fail and
+    /// the session would be taken as detached while its stream stays open.
+    pub async fn wait_for(&self, session: &str, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let registered = self.registered.notified();
+            if self.get(session).is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, registered).await.is_err() {
+                return self.get(session).is_some();
+            }
+        }
     }
 
     pub fn get(&self, session: &str) -> Option<Peer<RoleServer>> {
@@ -571,6 +592,16 @@ impl TrackingManager {
         }
     }
 
+    /// On `/channel`, waits (at most 10 s) for the session's peer before the stream
+    /// is handed out and the engine hears of it (see [`Peers::wait_for`]).
+    async fn await_peer(&self, id: &McpSessionId) {
+        if let Some(t) = &self.tracker {
+            if !t.peers.wait_for(id.as_ref(), Duration::from_secs(10)).await {
+                tracing::warn!(session = %id, "a stream opened for a session without a peer");
+            }
+        }
+    }
+
     fn end_streams(&self, id: &McpSessionId) {
         let closer = self
             .closers
@@ -636,6 +667,7 @@ impl SessionManager for TrackingManager {
         id: &McpSessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.inner.create_standalone_stream(id).await?;
+        self.await_peer(id).await;
         Ok(self.track(id, stream, true))
     }
 
@@ -650,6 +682,7 @@ impl SessionManager for TrackingManager {
             .replay_for_session(id.as_ref(), &last_event_id)
             .await
             .map_err(|e| LocalSessionManagerError::SessionError(SessionError::EventStore(e)))?;
+        self.await_peer(id).await;
         Ok(self.track(id, stream, true))
     }
 
@@ -1019,5 +1052,15 @@ mod tests {
         assert!(events.store.events_after("req-uuid", 0).unwrap().is_empty());
         assert!(events.store.events_after("a:common", 0).unwrap().is_empty());
         assert!(manager.resume(&"a".into(), r1).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_peer_that_never_comes_ends_at_the_timeout() {
+        // (rmcp's `Peer` cannot be built outside rmcp; the e2e scenarios hold the
+        // registered case: every channel session waits for its peer.)
+        let peers = Peers::default();
+        let started = tokio::time::Instant::now();
+        assert!(!peers.wait_for("s1", Duration::from_millis(50)).await);
+        assert!(started.elapsed() >= Duration::from_millis(50));
     }
 }
