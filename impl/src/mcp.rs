@@ -151,6 +151,42 @@ pub async fn is_live_prompt(
         .await
 }
 
+/// The request ids of `identity`'s permission prompts that can still be answered
+/// (being posted, pending or settling).
+pub async fn open_request_ids(
+    engine: &EngineHandle,
+    identity: &str,
+) -> Result<Vec<String>, crate::engine::EngineStopped> {
+    let identity = IdentityId(identity.to_string());
+    engine
+        .read(move |c| {
+            c.identity(&identity)
+                .map(|s| {
+                    s.prompts()
+                        .iter()
+                        .filter(|p| {
+                            p.phase.is_answerable()
+                                || matches!(p.phase, mc_model::Phase::Posting { .. })
+                        })
+                        .map(|p| p.request.request_id.as_str().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .await
+}
+
+/// The first of `ids` that `text` names as a word (a run of ASCII letters, any case),
+/// if any. Request ids are five lowercase letters (Claude Code channel contract).
+pub fn names_request_id<'a>(text: &str, ids: &'a [String]) -> Option<&'a str> {
+    text.split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|word| word.len() == 5)
+        .find_map(|word| {
+            let word = word.to_ascii_lowercase();
+            ids.iter().find(|id| **id == word).map(String::as_str)
+        })
+}
+
 fn upstream(e: impl std::fmt::Display) -> ToolError {
     ToolError::Upstream(e.to_string())
 }
@@ -392,6 +428,23 @@ impl McpServer {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses text from the agent that names an open prompt's request id: the agent
+    /// posts as the same Matrix account as the prompts, so a message copying a prompt
+    /// with the real id but another tool could be answered by an approver who trusts
+    /// what they read (`yes <id>`) and allow the real request.
+    async fn refuse_request_ids(&self, identity: &Identity, text: &str) -> Result<(), ToolError> {
+        let ids = open_request_ids(&self.app.engine, &identity.name)
+            .await
+            .map_err(upstream)?;
+        match names_request_id(text, &ids) {
+            Some(id) => Err(ToolError::Forbidden(format!(
+                "the text names the open permission request {id}: the agent may not write \
+                 a pending request's id (only the server's prompt shows it)"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn allowed<'a>(identity: &'a Identity) -> impl Fn(&str) -> bool + 'a {
@@ -697,6 +750,7 @@ impl McpServer {
             for target in reply_to.iter().chain(thread_root.iter()) {
                 self.refuse_prompt(identity, target).await?;
             }
+            self.refuse_request_ids(identity, &args.text).await?;
             let key = args
                 .txn_id
                 .clone()
@@ -748,6 +802,7 @@ impl McpServer {
                 return Err(ToolError::Invalid("text is empty".to_string()));
             }
             self.refuse_prompt(identity, &event_id).await?;
+            self.refuse_request_ids(identity, &args.text).await?;
             let original = room.event(&event_id, None).await.map_err(matrix_error)?;
             let sender = original
                 .raw()
@@ -1459,5 +1514,19 @@ mod tests {
         assert!(McpServer::capabilities(Mount::Tools, None)
             .experimental
             .is_none());
+    }
+
+    #[test]
+    fn a_text_names_a_request_id_only_as_a_whole_word_in_any_case() {
+        let ids = vec!["fghjk".to_string(), "abcde".to_string()];
+        assert_eq!(
+            names_request_id("Permission fghjk: ls", &ids),
+            Some("fghjk")
+        );
+        assert_eq!(names_request_id("reply YES ABCDE", &ids), Some("abcde"));
+        assert_eq!(names_request_id("(abcde)", &ids), Some("abcde"));
+        assert_eq!(names_request_id("abcdef fghj xabcde", &ids), None);
+        assert_eq!(names_request_id("nothing here", &ids), None);
+        assert_eq!(names_request_id("abcde", &[]), None);
     }
 }

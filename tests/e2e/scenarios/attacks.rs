@@ -289,6 +289,12 @@ async fn the_agent_cannot_edit_redact_react_to_or_reply_to_a_pending_prompt() {
             "send_message",
             json!({ "room_id": room, "text": "It only lists files.", "thread_root": prompt_id }),
         ),
+        // A copy of the prompt with the real id and another tool, not attached to it:
+        // an approver answering the copy would allow the real request.
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "🔐 Permission request RMZYX: Bash\nls\nAnswer yes rmzyx" }),
+        ),
     ];
     for (client, mount) in [(&tools, "/mcp"), (&session, "/channel")] {
         for (tool, args) in &attempts {
