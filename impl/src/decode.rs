@@ -354,43 +354,23 @@ fn attachment(msgtype: &MessageType) -> Option<Attachment> {
                 mimetype: mimetype.cloned(),
             })
         };
+    // Each file msgtype has its own info type with the same fields.
+    macro_rules! facts {
+        ($c:expr) => {{
+            let info = $c.info.as_deref();
+            make(
+                &$c.filename,
+                &$c.body,
+                info.and_then(|i| i.size),
+                info.and_then(|i| i.mimetype.as_ref()),
+            )
+        }};
+    }
     match msgtype {
-        MessageType::Image(c) => {
-            let info = c.info.as_deref();
-            make(
-                &c.filename,
-                &c.body,
-                info.and_then(|i| i.size),
-                info.and_then(|i| i.mimetype.as_ref()),
-            )
-        }
-        MessageType::File(c) => {
-            let info = c.info.as_deref();
-            make(
-                &c.filename,
-                &c.body,
-                info.and_then(|i| i.size),
-                info.and_then(|i| i.mimetype.as_ref()),
-            )
-        }
-        MessageType::Audio(c) => {
-            let info = c.info.as_deref();
-            make(
-                &c.filename,
-                &c.body,
-                info.and_then(|i| i.size),
-                info.and_then(|i| i.mimetype.as_ref()),
-            )
-        }
-        MessageType::Video(c) => {
-            let info = c.info.as_deref();
-            make(
-                &c.filename,
-                &c.body,
-                info.and_then(|i| i.size),
-                info.and_then(|i| i.mimetype.as_ref()),
-            )
-        }
+        MessageType::Image(c) => facts!(c),
+        MessageType::File(c) => facts!(c),
+        MessageType::Audio(c) => facts!(c),
+        MessageType::Video(c) => facts!(c),
         _ => None,
     }
 }

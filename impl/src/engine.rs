@@ -592,6 +592,20 @@ mod tests {
         }
     }
 
+    /// A `permission_request` for Bash from `session`.
+    fn ask(session: &str, request_id: &str) -> Input {
+        Input::PermissionRequest {
+            identity: id(),
+            session: SessionId(session.into()),
+            request: PermissionRequest {
+                request_id: RequestId::parse(request_id).unwrap(),
+                tool_name: "Bash".into(),
+                description: "ls".into(),
+                input_preview: "{}".into(),
+            },
+        }
+    }
+
     fn say(event: &str, body: &str) -> Input {
         Input::Message {
             identity: id(),
@@ -698,18 +712,7 @@ mod tests {
         engine.submit(attach("s1")).unwrap();
         engine.submit(attach("s2")).unwrap();
         engine.submit(say("$m1", "hi")).unwrap();
-        engine
-            .submit(Input::PermissionRequest {
-                identity: id(),
-                session: SessionId("s1".into()),
-                request: PermissionRequest {
-                    request_id: RequestId::parse("abcde").unwrap(),
-                    tool_name: "Bash".into(),
-                    description: "ls".into(),
-                    input_preview: "{}".into(),
-                },
-            })
-            .unwrap();
+        engine.submit(ask("s1", "abcde")).unwrap();
         settle(&engine).await;
         let calls = wire.calls.lock().unwrap().clone();
         assert_eq!(calls.len(), 1, "{calls:?}");
@@ -747,18 +750,7 @@ mod tests {
         channel.add_identity(id(), config).unwrap();
         let (engine, _task) = spawn(channel, wire.clone(), NoPersist, now_ms);
         engine.submit(attach("s1")).unwrap();
-        engine
-            .submit(Input::PermissionRequest {
-                identity: id(),
-                session: SessionId("s1".into()),
-                request: PermissionRequest {
-                    request_id: RequestId::parse("abcde").unwrap(),
-                    tool_name: "Bash".into(),
-                    description: "ls".into(),
-                    input_preview: "{}".into(),
-                },
-            })
-            .unwrap();
+        engine.submit(ask("s1", "abcde")).unwrap();
         let mut edited = false;
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -833,19 +825,7 @@ mod tests {
         let mut channel = channel();
         channel.handle(clock(), attach("s1"));
         channel.handle(clock(), say("$m1", "hi"));
-        let effects = channel.handle(
-            clock(),
-            Input::PermissionRequest {
-                identity: id(),
-                session: SessionId("s1".into()),
-                request: PermissionRequest {
-                    request_id: RequestId::parse("abcde").unwrap(),
-                    tool_name: "Bash".into(),
-                    description: "ls".into(),
-                    input_preview: "{}".into(),
-                },
-            },
-        );
+        let effects = channel.handle(clock(), ask("s1", "abcde"));
         let post = effects
             .iter()
             .find_map(|e| match e {
