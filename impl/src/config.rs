@@ -8,7 +8,7 @@
 //! allowed_hosts = ["localhost", "127.0.0.1", "::1"]
 //! session_idle_secs = 0            # default 0 = never
 //! max_download_bytes = 26214400    # default 25 MiB
-//! log = "info"                     # default "info"
+//! log = "info"                     # default: info, matrix-sdk at warn
 //!
 //! [identities.bot]                 # one Matrix account; the name is [a-z0-9_-]{1,32}
 //! homeserver = "http://127.0.0.1:8008"
@@ -38,7 +38,7 @@
 //! - `max_download_bytes`: the largest attachment `download_attachment` fetches, in
 //!   bytes. Default 26,214,400 (25 MiB); must be greater than zero.
 //! - `log`: a `tracing` filter (`RUST_LOG` syntax, such as `"info,matrix_sdk=warn"`).
-//!   Default `"info"`.
+//!   Default: `info`, with matrix-sdk at `warn` ([`DEFAULT_LOG`]).
 //! - `identities`: at least one table `[identities.NAME]`, NAME matching
 //!   `[a-z0-9_-]{1,32}`.
 //!
@@ -121,7 +121,9 @@ pub const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 /// Default `max_download_bytes`: 25 MiB.
 pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = 25 * 1024 * 1024;
 /// Default `log` filter.
-pub const DEFAULT_LOG: &str = "info";
+/// matrix-sdk logs every sync (with its whole filter) at info and some expected
+/// 404s at error; the default keeps its warnings only.
+pub const DEFAULT_LOG: &str = "info,matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn";
 
 const TOP_KEYS: [&str; 7] = [
     "listen",
@@ -1105,7 +1107,7 @@ approvers = []
         assert_eq!(config.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);
         assert_eq!(config.session_idle_secs, 0);
         assert_eq!(config.max_download_bytes, 26_214_400);
-        assert_eq!(config.log, "info");
+        assert_eq!(config.log, DEFAULT_LOG);
         assert_eq!(config.warnings, []);
         let bot = &config.identities["bot"];
         assert_eq!(

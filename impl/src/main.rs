@@ -76,6 +76,7 @@ fn init_logs(filter: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 
@@ -119,11 +120,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             command: ConfigCommand::Check,
         } => match Config::load(&cli.config) {
             Ok(config) => {
-                println!(
-                    "{}: ok ({} identities)",
-                    cli.config.display(),
-                    config.identities.len()
-                );
+                let n = config.identities.len();
+                let noun = if n == 1 { "identity" } else { "identities" };
+                println!("{}: ok ({n} {noun})", cli.config.display());
+                for warning in &config.warnings {
+                    println!("warning: {warning}");
+                }
                 Ok(())
             }
             Err(errors) => {
@@ -165,6 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("{}", store.create_token(&identity, &label)?);
                 }
                 TokenCommand::List => {
+                    println!("id\tidentity\tcreated (unix seconds)\tlabel");
                     for t in store.list_tokens()? {
                         println!("{}\t{}\t{}\t{}", t.id, t.identity, t.created_at, t.label);
                     }
