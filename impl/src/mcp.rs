@@ -1205,7 +1205,7 @@ async fn with_relation(
 ) -> Result<RoomMessageEventContent, ToolError> {
     use matrix_sdk::room::reply::{EnforceThread, Reply};
     use matrix_sdk::ruma::events::relation::Thread;
-    use matrix_sdk::ruma::events::room::message::{AddMentions, ReplyMetadata};
+    use matrix_sdk::ruma::events::room::message::AddMentions;
     match (reply_to.filter(|_| first), thread_root) {
         (Some(target), thread) => {
             let enforce = match thread {
@@ -1228,7 +1228,6 @@ async fn with_relation(
             content.relates_to = Some(matrix_sdk::ruma::events::room::message::Relation::Thread(
                 Thread::plain(root.clone(), root.clone()),
             ));
-            let _ = ReplyMetadata::new;
             Ok(content)
         }
         (None, None) => Ok(content.with_relation(None)),
