@@ -1,12 +1,10 @@
 #![recursion_limit = "256"]
 //! matrix-channel server.
-pub mod config;
-pub mod decode;
+// The pure modules live in `impl/adapters/` (crate `mc_adapters`, see AGENTS.md).
+pub use mc_adapters::{config, decode, split, summary};
 pub mod engine;
 pub mod http;
 pub mod matrix;
 pub mod mcp;
 pub mod server;
-pub mod split;
 pub mod store;
-pub mod summary;

@@ -94,16 +94,16 @@
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
-use matrix_sdk::reqwest::Url;
-use matrix_sdk::ruma::{OwnedRoomId, OwnedUserId};
 use mc_model::config::{DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS};
 use mc_model::reaction::{normalize_key, ReactionKeys, ReactionKeysError};
 use mc_model::{ConfigError, IdentityConfig, RoomId, UserId};
+use ruma::{OwnedRoomId, OwnedUserId};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use url::Url;
 
 /// The prefix of the environment variables that override keys.
 pub const ENV_PREFIX: &str = "MATRIX_CHANNEL_";

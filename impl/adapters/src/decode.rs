@@ -3,7 +3,7 @@
 //! core's inputs: [`mc_model::Message`], [`mc_model::Reaction`],
 //! [`mc_model::Redaction`].
 //!
-//! Parsing is done by ruma (`matrix_sdk::ruma`): the envelope (`event_id`,
+//! Parsing is done by ruma (the `ruma` that matrix-sdk uses): the envelope (`event_id`,
 //! `sender`, `type`, `origin_server_ts`) is read field by field from a
 //! [`Raw`] event, and the content with ruma's event types. Only one case needs
 //! more than ruma gives: an edit (`m.replace`) whose `m.new_content` is missing
@@ -25,21 +25,21 @@
 //! [relations](https://spec.matrix.org/v1.16/client-server-api/#forming-relationships-between-events),
 //! [redactions](https://spec.matrix.org/v1.16/client-server-api/#redactions).
 
-use matrix_sdk::ruma::events::reaction::SyncReactionEvent;
-use matrix_sdk::ruma::events::relation::Thread;
-use matrix_sdk::ruma::events::room::message::{
-    FormattedBody, MessageFormat, MessageType, OriginalSyncRoomMessageEvent,
-    Relation as RumaRelation, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
-    SyncRoomMessageEvent,
-};
-use matrix_sdk::ruma::events::room::redaction::SyncRoomRedactionEvent;
-use matrix_sdk::ruma::events::AnySyncTimelineEvent;
-use matrix_sdk::ruma::serde::Raw;
-use matrix_sdk::ruma::{MilliSecondsSinceUnixEpoch, OwnedEventId, OwnedUserId, UInt};
 use mc_model::{
     Attachment, EventId, Message, MessageContent, MsgType, NewContent, Parent, Reaction, Redaction,
     Relation, ReplyTo, RoomId, UserId,
 };
+use ruma::events::reaction::SyncReactionEvent;
+use ruma::events::relation::Thread;
+use ruma::events::room::message::{
+    FormattedBody, MessageFormat, MessageType, OriginalSyncRoomMessageEvent,
+    Relation as RumaRelation, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
+    SyncRoomMessageEvent,
+};
+use ruma::events::room::redaction::SyncRoomRedactionEvent;
+use ruma::events::AnySyncTimelineEvent;
+use ruma::serde::Raw;
+use ruma::{MilliSecondsSinceUnixEpoch, OwnedEventId, OwnedUserId, UInt};
 use serde::Deserialize;
 
 /// One timeline event, decoded for the core.
@@ -542,24 +542,25 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{json, Value};
 
-    const TEXT: &str = include_str!("../tests/data/events/text.json");
-    const TEXT_MARKDOWN: &str = include_str!("../tests/data/events/text_markdown.json");
-    const NOTICE: &str = include_str!("../tests/data/events/notice.json");
-    const EDIT: &str = include_str!("../tests/data/events/edit.json");
-    const REPLY: &str = include_str!("../tests/data/events/reply.json");
-    const THREAD_FALLING_BACK: &str = include_str!("../tests/data/events/thread_falling_back.json");
-    const THREAD_REPLY: &str = include_str!("../tests/data/events/thread_reply.json");
-    const REACTION: &str = include_str!("../tests/data/events/reaction.json");
-    const REDACTION: &str = include_str!("../tests/data/events/redaction.json");
-    const REDACTION_V10: &str = include_str!("../tests/data/events/redaction_v10.json");
-    const REDACTED_MESSAGE: &str = include_str!("../tests/data/events/redacted_message.json");
-    const REDACTED_REACTION: &str = include_str!("../tests/data/events/redacted_reaction.json");
-    const IMAGE: &str = include_str!("../tests/data/events/image.json");
-    const FILE: &str = include_str!("../tests/data/events/file.json");
-    const UNKNOWN_MSGTYPE: &str = include_str!("../tests/data/events/unknown_msgtype.json");
-    const STATE_MEMBER: &str = include_str!("../tests/data/events/state_member.json");
-    const ENCRYPTED: &str = include_str!("../tests/data/events/encrypted.json");
-    const EDITED_PARENT: &str = include_str!("../tests/data/events/edited_parent.json");
+    const TEXT: &str = include_str!("../../tests/data/events/text.json");
+    const TEXT_MARKDOWN: &str = include_str!("../../tests/data/events/text_markdown.json");
+    const NOTICE: &str = include_str!("../../tests/data/events/notice.json");
+    const EDIT: &str = include_str!("../../tests/data/events/edit.json");
+    const REPLY: &str = include_str!("../../tests/data/events/reply.json");
+    const THREAD_FALLING_BACK: &str =
+        include_str!("../../tests/data/events/thread_falling_back.json");
+    const THREAD_REPLY: &str = include_str!("../../tests/data/events/thread_reply.json");
+    const REACTION: &str = include_str!("../../tests/data/events/reaction.json");
+    const REDACTION: &str = include_str!("../../tests/data/events/redaction.json");
+    const REDACTION_V10: &str = include_str!("../../tests/data/events/redaction_v10.json");
+    const REDACTED_MESSAGE: &str = include_str!("../../tests/data/events/redacted_message.json");
+    const REDACTED_REACTION: &str = include_str!("../../tests/data/events/redacted_reaction.json");
+    const IMAGE: &str = include_str!("../../tests/data/events/image.json");
+    const FILE: &str = include_str!("../../tests/data/events/file.json");
+    const UNKNOWN_MSGTYPE: &str = include_str!("../../tests/data/events/unknown_msgtype.json");
+    const STATE_MEMBER: &str = include_str!("../../tests/data/events/state_member.json");
+    const ENCRYPTED: &str = include_str!("../../tests/data/events/encrypted.json");
+    const EDITED_PARENT: &str = include_str!("../../tests/data/events/edited_parent.json");
 
     const ALL: [&str; 18] = [
         TEXT,
@@ -1450,9 +1451,9 @@ mod tests {
             let value: Value = serde_json::from_str(&json).unwrap();
             let readable = value.get("type").is_some_and(Value::is_string)
                 && value.get("event_id").and_then(Value::as_str)
-                    .is_some_and(|s| matrix_sdk::ruma::EventId::parse(s).is_ok())
+                    .is_some_and(|s| ruma::EventId::parse(s).is_ok())
                 && value.get("sender").and_then(Value::as_str)
-                    .is_some_and(|s| matrix_sdk::ruma::UserId::parse(s).is_ok());
+                    .is_some_and(|s| ruma::UserId::parse(s).is_ok());
             let result = decode_timeline_event(&room(), &json);
             prop_assert_eq!(result.is_ok(), readable, "{:?}", result);
         }
