@@ -379,29 +379,60 @@ fn add_handlers(identity: &Identity, engine: EngineHandle) {
     );
 }
 
+/// What [`timeline_input`] needs from a room beyond the event itself: the room's
+/// id, another event's JSON (a reply's parent) and a member's display name. A
+/// joined [`Room`] in production; an in-memory room in the conformance tests.
+#[async_trait::async_trait]
+pub trait RoomView: Sync {
+    /// The room id, `!opaque:server`.
+    fn id(&self) -> mc_model::RoomId;
+    /// The event's JSON as the homeserver serves it (`GET /rooms/{id}/event/{eventId}`,
+    /// with bundled relations), `None` when it cannot be read.
+    async fn event_json(&self, event_id: &str) -> Option<String>;
+    /// The member's display name in this room, if they have one.
+    async fn display_name(&self, user_id: &str) -> Option<String>;
+}
+
+#[async_trait::async_trait]
+impl RoomView for Room {
+    fn id(&self) -> mc_model::RoomId {
+        mc_model::RoomId(self.room_id().to_string())
+    }
+
+    async fn event_json(&self, event_id: &str) -> Option<String> {
+        fetch_raw(self, event_id).await
+    }
+
+    async fn display_name(&self, user_id: &str) -> Option<String> {
+        let user = matrix_sdk::ruma::UserId::parse(user_id).ok()?;
+        let member = self.get_member_no_sync(&user).await.ok()??;
+        member.display_name().map(str::to_string)
+    }
+}
+
 /// Decodes one timeline event into a model input, resolving what the model cannot:
 /// a reply's parent (fetched from the homeserver) and the sender's display name.
+/// `Ok(None)` for events that are not input (state, encrypted, other types).
+///
+/// # Errors
+/// The event is not a JSON object with a valid `type`, `event_id` and `sender`
+/// ([`decode::decode_timeline_event`]).
 pub async fn timeline_input(
     identity: &IdentityId,
-    room: &Room,
+    room: &impl RoomView,
     raw: &str,
 ) -> anyhow::Result<Option<Input>> {
-    let room_id = mc_model::RoomId(room.room_id().to_string());
-    let decoded = decode::decode_timeline_event(&room_id, raw)?;
+    let decoded = decode::decode_timeline_event(&room.id(), raw)?;
     Ok(match decoded {
         Decoded::Message(mut message) => {
             if let Some(target) = decode::reply_target(&message).cloned() {
-                let parent = match fetch_raw(room, &target.0).await {
+                let parent = match room.event_json(&target.0).await {
                     Some(json) => decode::parent_from_event(&json),
                     None => None,
                 };
                 decode::set_reply_parent(&mut message, parent);
             }
-            if let Ok(sender) = matrix_sdk::ruma::UserId::parse(&message.sender.0) {
-                if let Ok(Some(member)) = room.get_member_no_sync(&sender).await {
-                    message.sender_name = member.display_name().map(str::to_string);
-                }
-            }
+            message.sender_name = room.display_name(&message.sender.0).await;
             Some(Input::Message {
                 identity: identity.clone(),
                 message,

@@ -13,10 +13,9 @@ use crate::mcp::{App, McpServer};
 use crate::store::{Store, StoreLock};
 use anyhow::{anyhow, Context as _};
 use async_trait::async_trait;
-use matrix_sdk::room::edit::EditedContent;
 use matrix_sdk::ruma::events::relation::{InReplyTo, Reply};
 use matrix_sdk::ruma::events::room::message::{
-    Relation, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
+    Relation, ReplacementMetadata, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
 };
 use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId};
 use matrix_sdk::{Room, RoomState};
@@ -78,9 +77,8 @@ impl Wire for LiveWire {
         txn_id: &str,
     ) -> Result<EventId, String> {
         let room = self.joined_room(identity, room)?;
-        let content = RoomMessageEventContent::text_html(&text.plain, &text.html);
         let response = room
-            .send(content)
+            .send(prompt_content(text))
             .with_transaction_id(OwnedTransactionId::from(txn_id.to_string()))
             .await
             .map_err(|e| e.to_string())?;
@@ -95,17 +93,7 @@ impl Wire for LiveWire {
         text: &PromptText,
     ) -> Result<(), String> {
         let room = self.joined_room(identity, room)?;
-        let target = event_id(event_id_)?;
-        let edit = room
-            .make_edit_event(
-                &target,
-                EditedContent::RoomMessage(RoomMessageEventContentWithoutRelation::text_html(
-                    &text.plain,
-                    &text.html,
-                )),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+        let edit = edit_content(&event_id(event_id_)?, text);
         room.send(edit).await.map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -118,13 +106,34 @@ impl Wire for LiveWire {
         text: &str,
     ) -> Result<(), String> {
         let room = self.joined_room(identity, room)?;
-        let mut content = RoomMessageEventContent::notice_plain(text);
-        content.relates_to = Some(Relation::Reply(Reply::new(InReplyTo::new(event_id(
-            in_reply_to,
-        )?))));
+        let content = notice_content(&event_id(in_reply_to)?, text);
         room.send(content).await.map_err(|e| e.to_string())?;
         Ok(())
     }
+}
+
+/// The content of a permission prompt: `m.text` with `body` and the HTML
+/// `formatted_body` (`org.matrix.custom.html`), no relation.
+pub fn prompt_content(text: &PromptText) -> RoomMessageEventContent {
+    RoomMessageEventContent::text_html(&text.plain, &text.html)
+}
+
+/// The content of a prompt's outcome edit: an `m.replace` of `target` whose
+/// `m.new_content` is the new text, with ruma's `* ` fallback body
+/// ([Client-Server API, "Event replacements"](https://spec.matrix.org/v1.16/client-server-api/#event-replacements)).
+pub fn edit_content(target: &OwnedEventId, text: &PromptText) -> RoomMessageEventContent {
+    RoomMessageEventContentWithoutRelation::text_html(&text.plain, &text.html)
+        .make_replacement(ReplacementMetadata::new(target.clone(), None))
+}
+
+/// The content of a notice: `m.notice` replying to `in_reply_to` (a rich reply
+/// without fallback).
+pub fn notice_content(in_reply_to: &OwnedEventId, text: &str) -> RoomMessageEventContent {
+    let mut content = RoomMessageEventContent::notice_plain(text);
+    content.relates_to = Some(Relation::Reply(Reply::new(InReplyTo::new(
+        in_reply_to.clone(),
+    ))));
+    content
 }
 
 /// Loads the model state (or starts empty) and applies the configured identities.

@@ -1,0 +1,101 @@
+//! The action alphabet, generated from one list by [`alphabet!`]: the [`Action`] enum,
+//! its [`ActionKind`]s, the [`Adapter`] trait with one method per action, and
+//! [`drive`], the exhaustive dispatch. Every action is named after the model
+//! [`Input`] it becomes; [`kind_of`] maps every `Input` variant back to its action
+//! with an exhaustive `match`. So a new `Input` variant fails to compile here, and a
+//! new action fails to compile in every adapter, until each handles it.
+
+use crate::world::{Ident, Key, Redactor, Rel, Rid, Sel, Sess, Text, Who, World};
+use mc_model::Input;
+use serde::{Deserialize, Serialize};
+
+macro_rules! alphabet {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident { $($field:ident : $ty:ty),* $(,)? } => $method:ident
+    ),+ $(,)?) => {
+        /// One step of a generated sequence. See the module docs.
+        #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(tag = "action", rename_all = "snake_case")]
+        pub enum Action {
+            $( $(#[$doc])* $variant { $($field: $ty),* } ),+
+        }
+
+        /// The variants of [`Action`], without their fields.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum ActionKind { $($variant),+ }
+
+        impl ActionKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [ActionKind] = &[$(ActionKind::$variant),+];
+
+            /// The snake_case name, as in the skip list (`conformance/skip.txt`).
+            pub fn name(self) -> &'static str {
+                match self { $(ActionKind::$variant => stringify!($method)),+ }
+            }
+        }
+
+        impl Action {
+            pub fn kind(&self) -> ActionKind {
+                match self { $(Action::$variant { .. } => ActionKind::$variant),+ }
+            }
+        }
+
+        /// Turns each action into real traffic for one target. `world` is the
+        /// reference state *after* the action (it holds the event the action created,
+        /// with its symbolic id and content).
+        pub trait Adapter {
+            $( fn $method(&mut self, world: &World, $($field: &$ty),*) -> Result<(), String>; )+
+        }
+
+        /// Hands `action` to the adapter's method for it.
+        pub fn drive<A: Adapter + ?Sized>(
+            adapter: &mut A,
+            world: &World,
+            action: &Action,
+        ) -> Result<(), String> {
+            match action { $( Action::$variant { $($field),* } => adapter.$method(world, $($field),*) ),+ }
+        }
+    };
+}
+
+alphabet! {
+    /// `Input::Attach`: the session's channel stream opens.
+    Attach { session: Sess } => attach,
+    /// `Input::Detach`: the session's channel stream closes.
+    Detach { session: Sess } => detach,
+    /// `Input::Message`: `sender` sends an `m.room.message` in the identity's room
+    /// number `room`.
+    Message { ident: Ident, sender: Who, room: u8, text: Text, rel: Rel } => message,
+    /// `Input::Reaction`: an `m.annotation` of the event `target` picks.
+    Reaction { sender: Who, target: Sel, key: Key } => reaction,
+    /// `Input::Redaction`: the n-th message or reaction not yet redacted is redacted.
+    Redaction { by: Redactor, target: usize } => redaction,
+    /// `Input::PermissionRequest`: the session sends
+    /// `notifications/claude/channel/permission_request`.
+    PermissionRequest { session: Sess, rid: Rid } => permission_request,
+    /// `Input::Acknowledge`: the agent acknowledges the identity's n-th message, through
+    /// the session or (`None`) through the identity's tools.
+    Acknowledge { ident: Ident, session: Option<Sess>, target: usize } => acknowledge,
+    /// `Input::Completed` with `Failed`: the session's stream breaks, so the next
+    /// notification written to it fails (successful outcomes come from the wire).
+    BreakStream { session: Sess } => break_stream,
+    /// `Input::Tick`: `ms` milliseconds pass.
+    Tick { ms: u64 } => tick,
+}
+
+/// The action an input comes from. Exhaustive: a new `Input` variant fails to compile
+/// here until the alphabet has an action for it.
+pub fn kind_of(input: &Input) -> ActionKind {
+    match input {
+        Input::Attach { .. } => ActionKind::Attach,
+        Input::Detach { .. } => ActionKind::Detach,
+        Input::Message { .. } => ActionKind::Message,
+        Input::Reaction { .. } => ActionKind::Reaction,
+        Input::Redaction { .. } => ActionKind::Redaction,
+        Input::PermissionRequest { .. } => ActionKind::PermissionRequest,
+        Input::Acknowledge { .. } => ActionKind::Acknowledge,
+        Input::Completed { .. } => ActionKind::BreakStream,
+        Input::Tick => ActionKind::Tick,
+    }
+}

@@ -1,0 +1,383 @@
+//! The in-process target: the server's own adapters and engine, the network replaced
+//! by in-memory queues.
+//!
+//! Matrix events reach the engine as the homeserver's JSON through
+//! [`mc_server::matrix::timeline_input`] (ruma decoding, reply parents fetched from an
+//! in-memory room with the homeserver's edit bundling, display names); permission
+//! requests through [`mc_server::mcp::permission_request`]; the engine's effects leave
+//! through its [`Wire`] as MCP notification JSON and as the Matrix event contents the
+//! server builds ([`mc_server::server::prompt_content`] and friends). The clock is the
+//! world's.
+
+use crate::alphabet::Adapter;
+use crate::world::{
+    normalize_content, Ev, Ident, Key, Observation, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+};
+use mc_model::{Channel, EventId, IdentityId, Input, Millis, PromptText, RoomId, SessionId};
+use mc_server::engine::{self, EngineHandle, NoPersist, Wire};
+use mc_server::matrix::{timeline_input, RoomView};
+use mc_server::server::{edit_content, notice_content, prompt_content};
+use serde_json::{json, Value};
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+thread_local! {
+    /// The engine's clock: the world's time. The engine runs on this thread (a
+    /// current-thread runtime), so each test thread has its own clock.
+    static NOW: Cell<Millis> = const { Cell::new(crate::world::START) };
+}
+
+fn clock() -> Millis {
+    NOW.with(Cell::get)
+}
+
+/// The in-memory network: what the sessions received, what the identities sent, and
+/// the rooms' events.
+#[derive(Default)]
+pub struct Net {
+    /// Every event in every room, as the homeserver serves it.
+    events: Vec<Value>,
+    /// Redacted event ids.
+    redacted: BTreeSet<String>,
+    /// What was observed since the last take.
+    observed: Vec<Observation>,
+    /// Sessions whose stream is broken: writes to them fail.
+    broken: BTreeSet<SessionId>,
+    /// Wire calls so far (to see when the engine and its tasks are idle).
+    calls: u64,
+}
+
+/// The engine's [`Wire`] over [`Net`].
+pub struct MemWire {
+    net: Mutex<Net>,
+}
+
+fn ident_of(identity: &IdentityId) -> Ident {
+    Ident::ALL
+        .into_iter()
+        .find(|i| i.id() == *identity)
+        .expect("a cast identity")
+}
+
+fn sess_of(session: &SessionId) -> Option<Sess> {
+    Sess::ALL.into_iter().find(|s| s.id() == *session)
+}
+
+impl MemWire {
+    fn send(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        event_id: String,
+        content: Value,
+        prompt: bool,
+    ) {
+        let ident = ident_of(identity);
+        let mut net = self.net.lock().unwrap();
+        net.calls += 1;
+        net.observed.push(Observation::Sent {
+            ident,
+            room: room.clone(),
+            event_id: prompt.then(|| EventId(event_id.clone())),
+            content: normalize_content(&content),
+        });
+        net.events.push(json!({
+            "type": "m.room.message",
+            "event_id": event_id,
+            "sender": Who::Bot.user_id(ident).0,
+            "origin_server_ts": clock(),
+            "room_id": room.0,
+            "content": content,
+            "unsigned": {},
+        }));
+    }
+}
+
+#[async_trait::async_trait]
+impl Wire for MemWire {
+    async fn notify(&self, session: &SessionId, method: &str, params: Value) -> Result<(), String> {
+        let mut net = self.net.lock().unwrap();
+        net.calls += 1;
+        if net.broken.contains(session) {
+            return Err("the stream broke".to_owned());
+        }
+        let session = sess_of(session).ok_or_else(|| format!("no session {session}"))?;
+        net.observed.push(Observation::Notification {
+            session,
+            method: method.to_owned(),
+            params,
+        });
+        Ok(())
+    }
+
+    async fn post_prompt(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        text: &PromptText,
+        txn_id: &str,
+    ) -> Result<EventId, String> {
+        // The homeserver answers a transaction id with the same event id each time.
+        let event_id = format!("${txn_id}");
+        let content = serde_json::to_value(prompt_content(text)).map_err(|e| e.to_string())?;
+        self.send(identity, room, event_id.clone(), content, true);
+        Ok(EventId(event_id))
+    }
+
+    async fn edit_prompt(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        event_id: &EventId,
+        text: &PromptText,
+    ) -> Result<(), String> {
+        let target = event_id.0.as_str().try_into().map_err(|e| format!("{e}"))?;
+        let content =
+            serde_json::to_value(edit_content(&target, text)).map_err(|e| e.to_string())?;
+        let id = format!("$edit{}", self.net.lock().unwrap().calls);
+        self.send(identity, room, id, content, false);
+        Ok(())
+    }
+
+    async fn notice(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        in_reply_to: &EventId,
+        text: &str,
+    ) -> Result<(), String> {
+        let target = in_reply_to
+            .0
+            .as_str()
+            .try_into()
+            .map_err(|e| format!("{e}"))?;
+        let content =
+            serde_json::to_value(notice_content(&target, text)).map_err(|e| e.to_string())?;
+        let id = format!("$notice{}", self.net.lock().unwrap().calls);
+        self.send(identity, room, id, content, false);
+        Ok(())
+    }
+}
+
+/// A room of the in-memory homeserver, for [`timeline_input`].
+struct MemRoom<'a> {
+    id: RoomId,
+    wire: &'a MemWire,
+}
+
+#[async_trait::async_trait]
+impl RoomView for MemRoom<'_> {
+    fn id(&self) -> RoomId {
+        self.id.clone()
+    }
+
+    /// As Synapse serves `GET /rooms/{room}/event/{id}`: redacted events without
+    /// content, and the latest `m.replace` by the same sender bundled in
+    /// `unsigned.m.relations`.
+    async fn event_json(&self, event_id: &str) -> Option<String> {
+        let net = self.wire.net.lock().unwrap();
+        let mut event = net
+            .events
+            .iter()
+            .find(|e| e["event_id"] == event_id && e["room_id"] == self.id.0.as_str())?
+            .clone();
+        if net.redacted.contains(event_id) {
+            event["content"] = json!({});
+            event["unsigned"] = json!({"redacted_because": {}});
+            return Some(event.to_string());
+        }
+        let edit = net.events.iter().rev().find(|e| {
+            e["content"]["m.relates_to"]["rel_type"] == "m.replace"
+                && e["content"]["m.relates_to"]["event_id"] == event_id
+                && e["sender"] == event["sender"]
+                && !net
+                    .redacted
+                    .contains(e["event_id"].as_str().unwrap_or_default())
+        });
+        if let Some(edit) = edit {
+            event["unsigned"] = json!({"m.relations": {"m.replace": edit}});
+        }
+        Some(event.to_string())
+    }
+
+    async fn display_name(&self, user_id: &str) -> Option<String> {
+        [Who::Ann, Who::Carl, Who::Eve, Who::Bot]
+            .into_iter()
+            .find(|w| Ident::ALL.iter().any(|i| w.user_id(*i).0 == user_id))
+            .and_then(Who::display_name)
+            .map(str::to_owned)
+    }
+}
+
+/// The server under test, in process.
+pub struct InProcess {
+    rt: tokio::runtime::Runtime,
+    engine: EngineHandle,
+    wire: Arc<MemWire>,
+}
+
+impl InProcess {
+    /// A fresh server: the cast's identities, no sessions, the world's start time.
+    pub fn new() -> InProcess {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a tokio runtime");
+        NOW.with(|n| n.set(crate::world::START));
+        let world = World::new(crate::world::Mode::InProcess);
+        let wire = Arc::new(MemWire {
+            net: Mutex::new(Net::default()),
+        });
+        let channel: Channel = world.channel.clone();
+        let engine = rt.block_on(async {
+            let (engine, _task) = engine::spawn(channel, wire.clone(), NoPersist, clock);
+            engine
+        });
+        InProcess { rt, engine, wire }
+    }
+
+    /// Runs until the engine and the tasks it spawned are idle.
+    fn settle(&self) {
+        self.rt.block_on(async {
+            let mut last = u64::MAX;
+            loop {
+                let _ = self.engine.read(|_| ()).await;
+                for _ in 0..16 {
+                    tokio::task::yield_now().await;
+                }
+                let _ = self.engine.read(|_| ()).await;
+                let calls = self.wire.net.lock().unwrap().calls;
+                if calls == last {
+                    break;
+                }
+                last = calls;
+            }
+        });
+    }
+
+    /// What the server did since the last call.
+    pub fn take_observed(&self) -> Vec<Observation> {
+        self.settle();
+        std::mem::take(&mut self.wire.net.lock().unwrap().observed)
+    }
+
+    /// The engine's model state.
+    pub fn channel(&self) -> Channel {
+        self.rt
+            .block_on(self.engine.read(|c| c.clone()))
+            .expect("the engine runs")
+    }
+
+    fn submit(&self, input: Input) -> Result<(), String> {
+        self.engine.submit(input).map_err(|e| e.to_string())
+    }
+
+    /// The homeserver stores the world's latest event and the identity's sync hands
+    /// it to the adapter.
+    fn deliver(&self, world: &World) -> Result<(), String> {
+        let ev: &Ev = world.events.last().ok_or("no event to deliver")?;
+        let json = ev.json();
+        {
+            let mut net = self.wire.net.lock().unwrap();
+            if ev.event_type == "m.room.redaction" {
+                if let Some(target) = ev.content["redacts"].as_str() {
+                    net.redacted.insert(target.to_owned());
+                }
+            }
+            net.events.push(json.clone());
+        }
+        let room = MemRoom {
+            id: ev.room.clone(),
+            wire: &self.wire,
+        };
+        let input = self
+            .rt
+            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()))
+            .map_err(|e| format!("{e:#}"))?;
+        match input {
+            Some(input) => self.submit(input),
+            None => Err(format!("the adapter ignored {json}")),
+        }
+    }
+}
+
+impl Default for InProcess {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Adapter for InProcess {
+    fn attach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        self.wire.net.lock().unwrap().broken.remove(&session.id());
+        self.submit(Input::Attach {
+            identity: session.ident().id(),
+            session: session.id(),
+        })
+    }
+
+    fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        self.submit(Input::Detach {
+            identity: session.ident().id(),
+            session: session.id(),
+        })
+    }
+
+    fn message(
+        &mut self,
+        world: &World,
+        _: &Ident,
+        _: &Who,
+        _: &u8,
+        _: &Text,
+        _: &Rel,
+    ) -> Result<(), String> {
+        self.deliver(world)
+    }
+
+    fn reaction(&mut self, world: &World, _: &Who, _: &Sel, _: &Key) -> Result<(), String> {
+        self.deliver(world)
+    }
+
+    fn redaction(&mut self, world: &World, _: &Redactor, _: &usize) -> Result<(), String> {
+        self.deliver(world)
+    }
+
+    fn permission_request(&mut self, _: &World, session: &Sess, rid: &Rid) -> Result<(), String> {
+        let request = mc_server::mcp::permission_request(Some(rid.params()))?;
+        self.submit(Input::PermissionRequest {
+            identity: session.ident().id(),
+            session: session.id(),
+            request,
+        })
+    }
+
+    fn acknowledge(
+        &mut self,
+        world: &World,
+        ident: &Ident,
+        session: &Option<Sess>,
+        target: &usize,
+    ) -> Result<(), String> {
+        self.submit(Input::Acknowledge {
+            identity: ident.id(),
+            session: session.map(Sess::id),
+            event_id: world.events[world
+                .ack_sel(*ident, *target)
+                .ok_or("no message to acknowledge")?]
+            .id
+            .clone(),
+        })
+    }
+
+    fn break_stream(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        self.wire.net.lock().unwrap().broken.insert(session.id());
+        Ok(())
+    }
+
+    fn tick(&mut self, world: &World, _: &u64) -> Result<(), String> {
+        NOW.with(|n| n.set(world.now));
+        self.submit(Input::Tick)
+    }
+}

@@ -1,0 +1,271 @@
+//! Runs action sequences against a target and compares, after every action, what
+//! the target did with what the reference predicts.
+
+use crate::alphabet::{drive, Action, Adapter};
+use crate::world::{precondition, Mode, ModeOf, Observation, Reference, Sess, World};
+use mc_model::Channel;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest_state_machine::ReferenceStateMachine;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A server that conformance can drive.
+pub trait Target: Adapter {
+    /// What the server did since the last call, once it is quiet.
+    fn observed(&mut self) -> Vec<Observation>;
+    /// The server's model state, when the target can read it (in process).
+    fn state(&mut self) -> Option<Channel>;
+}
+
+impl Target for crate::in_process::InProcess {
+    fn observed(&mut self) -> Vec<Observation> {
+        self.take_observed()
+    }
+
+    fn state(&mut self) -> Option<Channel> {
+        Some(self.channel())
+    }
+}
+
+/// A saved sequence: replayed on every run (`conformance/regressions/*.json`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Regression {
+    pub mode: Mode,
+    pub actions: Vec<Action>,
+}
+
+/// Notifications per session in order, and the identities' sends in a canonical
+/// order (the server sends to Matrix from concurrent tasks).
+fn canonical(observations: &[Observation]) -> (Vec<(Sess, Vec<&Observation>)>, Vec<&Observation>) {
+    let per_session = Sess::ALL
+        .into_iter()
+        .map(|s| {
+            let n = observations
+                .iter()
+                .filter(|o| matches!(o, Observation::Notification { session, .. } if *session == s))
+                .collect();
+            (s, n)
+        })
+        .collect();
+    let mut sent: Vec<&Observation> = observations
+        .iter()
+        .filter(|o| matches!(o, Observation::Sent { .. }))
+        .collect();
+    sent.sort_by_key(|o| serde_json::to_string(o).unwrap_or_default());
+    (per_session, sent)
+}
+
+fn pretty<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+/// Runs `actions` from a fresh world against `target`. `seen` counts the actions
+/// applied (proptest-state-machine's shrinking uses it).
+///
+/// # Errors
+/// A report naming the first action after which the target differed from the
+/// reference: the sequence, the model inputs of that step, and both sides.
+pub fn run_sequence<T: Target + ?Sized>(
+    mode: Mode,
+    actions: &[Action],
+    target: &mut T,
+    seen: Option<&AtomicUsize>,
+) -> Result<(), String> {
+    run_counted(mode, actions, target, seen, &mut Coverage::default())
+}
+
+/// How often each action kind ran and each kind of observation was seen.
+#[derive(Clone, Debug, Default)]
+pub struct Coverage {
+    pub sequences: usize,
+    pub steps: usize,
+    pub actions: BTreeMap<&'static str, usize>,
+    pub observations: BTreeMap<String, usize>,
+}
+
+impl Coverage {
+    fn count(&mut self, action: &Action, observed: &[Observation]) {
+        self.steps += 1;
+        *self.actions.entry(action.kind().name()).or_default() += 1;
+        for o in observed {
+            let kind = match o {
+                Observation::Notification { method, params, .. } => {
+                    match params.pointer("/meta/kind").and_then(|k| k.as_str()) {
+                        Some(kind) => format!("{method} ({kind})"),
+                        None => method.clone(),
+                    }
+                }
+                Observation::Sent {
+                    event_id: Some(_), ..
+                } => "prompt posted".to_owned(),
+                Observation::Sent { content, .. } if content.get("m.new_content").is_some() => {
+                    "prompt edited".to_owned()
+                }
+                Observation::Sent { .. } => "notice".to_owned(),
+            };
+            *self.observations.entry(kind).or_default() += 1;
+        }
+    }
+}
+
+fn run_counted<T: Target + ?Sized>(
+    mode: Mode,
+    actions: &[Action],
+    target: &mut T,
+    seen: Option<&AtomicUsize>,
+    coverage: &mut Coverage,
+) -> Result<(), String> {
+    coverage.sequences += 1;
+    let mut world = World::new(mode);
+    for (step, action) in actions.iter().enumerate() {
+        if let Some(seen) = seen {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }
+        if !precondition(&world, action) {
+            return Err(format!("step {step}: {action:?} is not possible here"));
+        }
+        world.apply(action);
+        let report = |what: &str, expected: String, actual: String| {
+            let sequence: Vec<String> = actions
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    format!(
+                        "{}{i:>3}: {}",
+                        if i == step { ">" } else { " " },
+                        serde_json::to_string(a).unwrap_or_default()
+                    )
+                })
+                .collect();
+            format!(
+                "conformance ({mode:?}): {what} after step {step}\n\nsequence:\n{}\n\nmodel inputs of step {step}:\n{}\n\nthe model predicts:\n{expected}\n\nthe server did:\n{actual}\n",
+                sequence.join("\n"),
+                pretty(&world.inputs),
+            )
+        };
+        if let Err(e) = drive(target, &world, action) {
+            return Err(report("the adapter failed", String::new(), e));
+        }
+        let observed = target.observed();
+        coverage.count(action, &observed);
+        let (expected_n, expected_s) = canonical(&world.expected);
+        let (actual_n, actual_s) = canonical(&observed);
+        if expected_n != actual_n || expected_s != actual_s {
+            return Err(report(
+                "observations differ",
+                pretty(&world.expected),
+                pretty(&observed),
+            ));
+        }
+        if let Some(state) = target.state() {
+            let expected = serde_json::to_value(&world.channel).expect("the model serializes");
+            let actual = serde_json::to_value(&state).expect("the model serializes");
+            if expected != actual {
+                return Err(report(
+                    "model states differ",
+                    pretty(&expected),
+                    pretty(&actual),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where regressions are saved and replayed from.
+pub fn regressions_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions")
+}
+
+/// The saved regressions of `mode`, with their file names.
+pub fn regressions(mode: Mode) -> Vec<(PathBuf, Regression)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(regressions_dir()) else {
+        return out;
+    };
+    let mut paths: Vec<PathBuf> = dir
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let regression: Regression =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if regression.mode == mode {
+            out.push((path, regression));
+        }
+    }
+    out
+}
+
+/// Generates `cases` sequences of 1 to `max_len` actions, runs each against a fresh
+/// target from `make`, and on a failure shrinks it, saves the shrunk sequence under
+/// `conformance/regressions/` and panics with the report.
+pub fn check<M: ModeOf, T: Target>(cases: u32, max_len: usize, make: impl Fn() -> T) -> Coverage {
+    let coverage = std::sync::Mutex::new(Coverage::default());
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 2048,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let strategy = Reference::<M>::sequential_strategy(1..=max_len);
+    let result = runner.run(
+        &strategy,
+        |(_, actions, seen): (World, Vec<Action>, Option<Arc<AtomicUsize>>)| {
+            let mut target = make();
+            let mut coverage = coverage.lock().unwrap_or_else(|e| e.into_inner());
+            run_counted(
+                M::MODE,
+                &actions,
+                &mut target,
+                seen.as_deref(),
+                &mut coverage,
+            )
+            .map_err(TestCaseError::fail)
+        },
+    );
+    match result {
+        Ok(()) => coverage.into_inner().unwrap_or_else(|e| e.into_inner()),
+        Err(TestError::Fail(reason, (_, actions, _))) => {
+            let regression = Regression {
+                mode: M::MODE,
+                actions,
+            };
+            let json = serde_json::to_string_pretty(&regression).expect("actions serialize");
+            let name = format!(
+                "{}-{:016x}.json",
+                match M::MODE {
+                    Mode::InProcess => "in-process",
+                    Mode::Real => "real",
+                },
+                fxhash(&json)
+            );
+            let path = regressions_dir().join(name);
+            let saved = std::fs::create_dir_all(regressions_dir())
+                .and_then(|()| std::fs::write(&path, &json));
+            let saved = match saved {
+                Ok(()) => format!(
+                    "saved as {} (replayed on every run; commit it)",
+                    path.display()
+                ),
+                Err(e) => format!("could not save {}: {e}", path.display()),
+            };
+            panic!("{reason}\nthe shrunk sequence is {saved}");
+        }
+        Err(TestError::Abort(why)) => panic!("conformance aborted: {why}"),
+    }
+}
+
+/// A stable 64-bit FNV-1a hash, for file names.
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
