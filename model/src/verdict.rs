@@ -149,14 +149,20 @@ static TEXT_VERDICT: LazyLock<Regex> = LazyLock::new(|| {
 /// Parses a Matrix message body (`m.text` `body`) as a verdict:
 /// `(?i)^\s*(y|yes|n|no)\s+([a-km-z]{5})\s*$`, the id lowercased.
 ///
-/// Case-insensitive, Unicode white space around and between the words. Anything
-/// else (extra words, an `l` in the id, a 4- or 6-letter id) is `None`: the message
-/// is then ordinary chat, not a verdict.
+/// Case-insensitive in ASCII only (a letter that merely case-folds into a word or
+/// the id, such as U+017F LONG S, makes no verdict), Unicode white space around and
+/// between the words. Anything else (extra words, an `l` in the id, a 4- or 6-letter
+/// id) is `None`: the message is then ordinary chat, not a verdict.
 ///
 /// Source: Claude Code channel contract (permission relay: a user answers with
 /// `yes <id>` or `no <id>`).
 pub fn parse_text_verdict(body: &str) -> Option<TextVerdict> {
     let caps = TEXT_VERDICT.captures(body)?;
+    // `(?i)` also folds U+017F LONG S into `s`, so `ye\u{17F}` matched `yes`: the
+    // answer word must be ASCII, like the id below (found by the `verdict` fuzz target).
+    if !caps[1].is_ascii() {
+        return None;
+    }
     let behavior = if caps[1].to_ascii_lowercase().starts_with('y') {
         Behavior::Allow
     } else {
@@ -400,6 +406,17 @@ mod tests {
         ] {
             assert_eq!(parse_text_verdict(body), None, "{body:?}");
         }
+    }
+
+    #[test]
+    fn an_answer_word_that_only_case_folds_into_yes_is_not_a_verdict() {
+        // LONG S folds to `s` under `(?i)`.
+        assert_eq!(parse_text_verdict("ye\u{17F} abcde"), None);
+        assert_eq!(parse_text_verdict("YE\u{17F} abcde"), None);
+        assert_eq!(
+            parse_text_verdict("YES abcde"),
+            verdict(Behavior::Allow, "abcde")
+        );
     }
 
     #[test]
