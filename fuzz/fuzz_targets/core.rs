@@ -1,0 +1,30 @@
+//! The whole core: a sequence of ops over a small cast (two identities, three
+//! sessions, an approver, an allowed non-approver, a stranger, both bots, three
+//! rooms, three request ids, fresh event ids, a monotone clock) fed to
+//! `Channel::handle`, with the model's invariants checked after every step. The ops,
+//! the cast and every check are in `src/core_ops.rs`:
+//!
+//! - every push goes to a live session attached to the same identity, of an event
+//!   that reached that identity from an allowed sender (never a stranger's or the
+//!   identity's own, never a notice, never verdict-shaped text), with the event's own
+//!   sender, room and id in meta, reaches each session at most once, and passes the
+//!   notification checks (no forged channel tag, valid meta keys);
+//! - an edit is pushed only for the original's own sender; an acknowledged event is
+//!   never replayed; a replay is in arrival order;
+//! - a verdict is taken only from an approver, on a prompt the session asked for,
+//!   before it expired, not before the settle window, never with a withdrawn vote,
+//!   never `allow` over a standing deny; a text verdict without a reply comes from the
+//!   prompt's room; it is sent only to the session that asked, and delivered once;
+//! - prompts go to the permission room, or a room an allowed sender wrote in; a
+//!   prompt message shows a verdict only after the verdict was delivered;
+//! - effect ids are fresh and increasing; the clock never runs backwards; strangers'
+//!   and own events are dropped visibly; a stale outcome is dropped; a re-delivered
+//!   event acts no more; the settings never change; prompt and queue caps hold.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mc_fuzz::core_ops::{decode, World};
+
+fuzz_target!(|data: &[u8]| {
+    World::run(&decode(data));
+});
