@@ -3,6 +3,7 @@
 //!
 //! `MC_CONFORMANCE_CASES` sets the number of sequences (default 1,000).
 
+use mc_conformance::alphabet::ActionKind;
 use mc_conformance::in_process::InProcess;
 use mc_conformance::runner::{check, regressions, run_sequence};
 use mc_conformance::world::{InProcessMode, Mode};
@@ -18,6 +19,34 @@ fn cases() -> u32 {
 fn generated_sequences_conform() {
     let coverage = check::<InProcessMode, _>(cases(), 24, InProcess::new);
     eprintln!("{coverage:#?}");
+    // The generator must reach every action the skip list does not exclude, and every
+    // kind of thing the server can be seen doing.
+    let skipped = skipped("in_process");
+    for kind in ActionKind::ALL {
+        if !skipped.contains(&kind.name().to_owned()) {
+            assert!(
+                coverage.actions.get(kind.name()).copied().unwrap_or(0) > 0,
+                "no {} action was generated",
+                kind.name()
+            );
+        }
+    }
+    for seen in [
+        "notifications/claude/channel (message)",
+        "notifications/claude/channel (edit)",
+        "notifications/claude/channel (reaction)",
+        "notifications/claude/channel (retraction)",
+        "notifications/claude/channel (replay_cut)",
+        "notifications/claude/channel/permission",
+        "prompt posted",
+        "prompt edited",
+        "notice",
+    ] {
+        assert!(
+            coverage.observations.get(seen).copied().unwrap_or(0) > 0,
+            "no {seen} was observed"
+        );
+    }
 }
 
 #[test]
@@ -26,6 +55,35 @@ fn saved_regressions_conform() {
         let mut target = InProcess::new();
         if let Err(report) = run_sequence(Mode::InProcess, &regression.actions, &mut target, None) {
             panic!("{}:\n{report}", path.display());
+        }
+    }
+}
+
+/// The action names `conformance/skip.txt` skips for `target` (or for both).
+fn skipped(target: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/skip.txt");
+    let text = std::fs::read_to_string(path).expect("conformance/skip.txt");
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let (head, reason) = l.split_once(':')?;
+            assert!(!reason.trim().is_empty(), "skip.txt: no reason in {l:?}");
+            let (t, what) = head.split_once(' ')?;
+            assert!(["in_process", "real", "both"].contains(&t), "skip.txt: unknown target in {l:?}");
+            (t == target || t == "both").then(|| what.trim().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_skip_list_names_real_actions_and_gives_reasons() {
+    let names: Vec<&str> = ActionKind::ALL.iter().map(|k| k.name()).collect();
+    for target in ["in_process", "real"] {
+        for what in skipped(target) {
+            // Single words are action names; cases in words have spaces.
+            if !what.contains(' ') && !["attachments", "restart", "membership"].contains(&what.as_str()) {
+                assert!(names.contains(&what.as_str()), "skip.txt: {what} is not an action");
+            }
         }
     }
 }
