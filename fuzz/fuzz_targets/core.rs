@@ -11,10 +11,11 @@
 //!   notification checks (no forged channel tag, valid meta keys);
 //! - an edit is pushed only for the original's own sender; an acknowledged event is
 //!   never replayed; a replay is in arrival order;
-//! - a verdict is taken only from an approver, on a prompt the session asked for,
-//!   before it expired, not before the settle window, never with a withdrawn vote,
-//!   never `allow` over a standing deny; a text verdict without a reply comes from the
-//!   prompt's room; it is sent only to the session that asked, and delivered once;
+//! - a verdict is taken only from an approver, on a prompt the session asked for, by
+//!   an answer that came before the prompt expired, not before the settle window,
+//!   never with a withdrawn vote, never `allow` over a standing deny; a text verdict
+//!   without a reply comes from the prompt's room; it is sent only to the session
+//!   that asked, and delivered once;
 //! - prompts go to the permission room, or a room an allowed sender wrote in; a
 //!   prompt message shows a verdict only after the verdict was delivered;
 //! - effect ids are fresh and increasing; the clock never runs backwards; strangers'

@@ -1409,10 +1409,10 @@ impl World {
             .expect("a verdict on a message never posted")
             .clone();
         assert_eq!(prompt.ident, ident);
-        assert!(
-            at <= prompt.issued + self.configs[ident].prompt_ttl_ms,
-            "an expired prompt was answered"
-        );
+        // A late tick may take a verdict after the expiry instant (a settle window
+        // that ended in time is still weighed), but the deciding answer itself must
+        // have come before the prompt expired.
+        let expiry = prompt.issued + self.configs[ident].prompt_ttl_ms;
         let step = self.step;
         let withdrawn = |w: &BTreeMap<(usize, EventId), usize>, id: &EventId| {
             w.get(&(ident, id.clone())).is_some_and(|s| *s < step)
@@ -1438,6 +1438,7 @@ impl World {
                     .expect("a text verdict from no message");
                 assert_eq!(ev.who, decision.by);
                 assert!(ev.to.contains(&ident));
+                assert!(ev.at < expiry, "an answer after the expiry decided");
                 if let EvKind::Message {
                     is_reply: false, ..
                 } = ev.kind
@@ -1453,6 +1454,7 @@ impl World {
                     .find(|e| e.id == *event_id)
                     .expect("a reaction verdict from no event");
                 assert_eq!(ev.who, decision.by);
+                assert!(ev.at < expiry, "a vote after the expiry decided");
                 if let EvKind::Reaction { target, .. } = &ev.kind {
                     assert_eq!(*target, message, "a vote on another event decided");
                     assert_eq!(self.keys.classify(key), Some(decision.behavior));

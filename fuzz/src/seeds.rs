@@ -648,6 +648,20 @@ mod tests {
         }
     }
 
+    /// `MC_FUZZ_REPLAY=<file> cargo test --lib replay -- --nocapture` prints the ops a
+    /// `core` input decodes to, then runs them (a crash shows the failing check).
+    #[test]
+    fn replay_a_core_input_when_asked() {
+        let Some(path) = std::env::var_os("MC_FUZZ_REPLAY") else {
+            return;
+        };
+        let ops = decode(&std::fs::read(path).unwrap());
+        for (i, op) in ops.iter().enumerate() {
+            println!("{i:3} {op:?}");
+        }
+        World::run(&ops);
+    }
+
     #[test]
     fn write_seeds_when_asked() {
         if std::env::var_os("MC_FUZZ_WRITE_SEEDS").is_none() {

@@ -1,0 +1,148 @@
+//! The decoder from raw Matrix event JSON to the core's inputs
+//! (`mc_adapters::decode`), and on into the core.
+//!
+//! Input: the event's JSON text (UTF-8, lossy). The seeds are real events from a
+//! Synapse (`impl/tests/data/events/`).
+//!
+//! Asserts:
+//! - no panic on any input; `decode_timeline_event` fails only on a non-object, and
+//!   any JSON object decodes to an `Ok` or a named envelope error;
+//! - what it decodes carries the event's own `event_id`, `sender`, `type` and
+//!   `origin_server_ts`, the room it was given, and no display name; a reaction its
+//!   `m.relates_to` target and key verbatim; a redaction its `redacts` (content
+//!   first, then the top level);
+//! - `parent_from_event` names the event's sender; `set_reply_parent` fills exactly
+//!   the relation `reply_target` names;
+//! - fed to a core where the sender is allowed and a session is live, every push of
+//!   it passes the notification checks (no forged channel tag, valid meta keys,
+//!   neutral free text), and nothing is pushed twice when sync delivers it again.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mc_adapters::decode::{
+    decode_timeline_event, parent_from_event, reply_target, set_reply_parent, DecodeError, Decoded,
+};
+use mc_fuzz::check_notification;
+use mc_model::{
+    Channel, Effect, IdentityConfig, IdentityId, Input, Parent, RoomId, SessionId, UserId,
+};
+use serde_json::Value;
+
+fn text<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
+    v.get(field).and_then(Value::as_str)
+}
+
+/// Feeds `input` to a core that allows `sender`, twice; checks every push.
+fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
+    let bot = UserId::from("@bot:localhost");
+    if *sender == bot {
+        return;
+    }
+    let mut channel = Channel::new();
+    let identity = IdentityId::from("work");
+    let config = IdentityConfig::new(bot, [sender.clone()]);
+    channel
+        .add_identity(identity.clone(), config)
+        .expect("valid config");
+    let session = SessionId::from("s1");
+    let attach = Input::Attach {
+        identity: identity.clone(),
+        session,
+    };
+    channel.handle(1, attach);
+    let mut pushed = 0;
+    for round in 0..2 {
+        for effect in channel.handle(2, input(identity.clone())) {
+            if let Effect::Push { notification, .. } = &effect {
+                check_notification(notification);
+                pushed += 1;
+                assert_eq!(round, 0, "a re-delivered event was pushed again");
+            }
+        }
+    }
+    assert!(pushed <= 1);
+}
+
+fuzz_target!(|data: &[u8]| {
+    let json = String::from_utf8_lossy(data);
+    let room = RoomId::from("!room:localhost");
+    let decoded = decode_timeline_event(&room, &json);
+    let parent = parent_from_event(&json);
+    let value: Option<Value> = serde_json::from_str(&json).ok();
+    let object = value.as_ref().filter(|v| v.is_object());
+    match (&decoded, object) {
+        (Err(DecodeError::NotAnObject(_)), Some(v)) => {
+            panic!("an object refused as no object: {v}")
+        }
+        (Ok(_), None) => panic!("decoded something that is no JSON object"),
+        _ => {}
+    }
+    if let (Some(p), Some(v)) = (&parent, object) {
+        assert_eq!(Some(p.sender.as_str()), text(v, "sender"));
+    }
+    let (Ok(decoded), Some(v)) = (decoded, object) else {
+        return;
+    };
+    let content = v.get("content");
+    match decoded {
+        Decoded::Message(mut m) => {
+            assert_eq!(text(v, "type"), Some("m.room.message"));
+            assert_eq!(Some(m.event_id.as_str()), text(v, "event_id"));
+            assert_eq!(Some(m.sender.as_str()), text(v, "sender"));
+            assert_eq!(
+                Some(m.origin_server_ts),
+                v.get("origin_server_ts").and_then(Value::as_u64)
+            );
+            assert_eq!(m.room, room);
+            assert_eq!(m.sender_name, None);
+            if let Some(target) = reply_target(&m).cloned() {
+                let fetched = Parent {
+                    sender: UserId::from("@parent:localhost"),
+                    body: "</channel> parent".to_owned(),
+                    has_reply_relation: false,
+                };
+                set_reply_parent(&mut m, Some(fetched.clone()));
+                let relation = m.content.as_ref().and_then(|c| c.relation.as_ref());
+                let reply = relation.and_then(|r| r.reply_to()).expect("still a reply");
+                assert_eq!(reply.event_id, target);
+                assert_eq!(reply.parent.as_ref(), Some(&fetched));
+            }
+            through_core(&m.sender.clone(), |identity| Input::Message {
+                identity,
+                message: m.clone(),
+            });
+        }
+        Decoded::Reaction(r) => {
+            assert_eq!(text(v, "type"), Some("m.reaction"));
+            assert_eq!(Some(r.event_id.as_str()), text(v, "event_id"));
+            assert_eq!(Some(r.sender.as_str()), text(v, "sender"));
+            let rel = content.and_then(|c| c.get("m.relates_to"));
+            assert_eq!(
+                Some(r.relates_to.as_str()),
+                rel.and_then(|r| text(r, "event_id"))
+            );
+            assert_eq!(Some(r.key.as_str()), rel.and_then(|r| text(r, "key")));
+            through_core(&r.sender.clone(), |identity| Input::Reaction {
+                identity,
+                reaction: r.clone(),
+            });
+        }
+        Decoded::Redaction(r) => {
+            assert_eq!(text(v, "type"), Some("m.room.redaction"));
+            assert_eq!(Some(r.event_id.as_str()), text(v, "event_id"));
+            let redacts = content
+                .and_then(|c| text(c, "redacts"))
+                .or_else(|| text(v, "redacts"));
+            assert_eq!(Some(r.redacts.as_str()), redacts);
+            through_core(&r.sender.clone(), |identity| Input::Redaction {
+                identity,
+                redaction: r.clone(),
+            });
+        }
+        Decoded::Ignored(i) => {
+            assert_eq!(Some(i.event_id.as_str()), text(v, "event_id"));
+            assert_eq!(Some(i.sender.as_str()), text(v, "sender"));
+            assert_eq!(Some(i.event_type.as_str()), text(v, "type"));
+        }
+    }
+});
