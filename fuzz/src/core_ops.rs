@@ -530,6 +530,9 @@ pub struct World {
     withdrawn: BTreeMap<(usize, EventId), usize>,
     /// Rooms an allowed sender wrote a message in, per identity.
     written_rooms: [BTreeSet<RoomId>; 2],
+    /// The sessions live before the input being handled (timers fire first, so a
+    /// push or verdict may go to a session that the input then detaches).
+    live_before: BTreeSet<SessionId>,
     pub reached: Reached,
 }
 
@@ -609,6 +612,7 @@ impl World {
             attached_ever: BTreeSet::new(),
             withdrawn: BTreeMap::new(),
             written_rooms: [BTreeSet::new(), BTreeSet::new()],
+            live_before: BTreeSet::new(),
             reached: Reached::default(),
         }
     }
@@ -894,12 +898,29 @@ impl World {
                 }
                 let n = self.events.len();
                 let ev = self.events[n - 1 - usize::from(*pick) % n].clone();
-                for (_, input) in ev.inputs {
+                for (i, input) in ev.inputs {
+                    // Due timers fire first, so what follows is the event's doing alone.
+                    self.handle(self.now, Input::Tick);
                     let effects = self.handle(self.now, input);
+                    let logged = matches!(
+                        self.configs[i].gate(&ev.who),
+                        Gate::Allowed | Gate::Approver
+                    );
+                    assert!(
+                        effects.iter().any(|e| matches!(
+                            e,
+                            Effect::Dropped { event_id: Some(id), reason, .. }
+                                if *id == ev.id && (!logged || *reason == DropReason::Duplicate)
+                        )),
+                        "a re-delivered event {} was not dropped as a duplicate: {effects:?}",
+                        ev.id
+                    );
                     assert!(
                         !effects.iter().any(|e| matches!(
                             e,
-                            Effect::Decided { .. } | Effect::PostPrompt { .. }
+                            Effect::Decided { .. }
+                                | Effect::PostPrompt { .. }
+                                | Effect::Notice { .. }
                         )),
                         "a re-delivered event {} acted again: {effects:?}",
                         ev.id
@@ -1131,6 +1152,7 @@ impl World {
     /// Handles one input and checks every effect and the state after it.
     fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
         let before = self.channel.now();
+        self.live_before = self.live_sessions();
         let effects = self.channel.handle(now, input);
         assert_eq!(
             self.channel.now(),
@@ -1172,12 +1194,7 @@ impl World {
                     self.attached_ever.contains(session),
                     "push to a session never attached"
                 );
-                let state = self.channel.identity(identity).expect("identity");
-                assert_eq!(
-                    state.sessions().get(session),
-                    Some(&SessionState::Live),
-                    "push to a session that is not live"
-                );
+                assert!(self.was_live(session), "push to a session that is not live");
                 check_notification(notification);
                 let meta = &notification.meta;
                 let kind = meta.get(MetaKey::Kind).unwrap_or_default();
@@ -1315,8 +1332,11 @@ impl World {
                     ident,
                     "verdict to another identity's session"
                 );
+                assert!(
+                    self.was_live(session),
+                    "verdict to a session that is not live"
+                );
                 let state = self.channel.identity(identity).expect("identity");
-                assert_eq!(state.sessions().get(session), Some(&SessionState::Live));
                 let prompt = state
                     .prompts()
                     .iter()
@@ -1478,6 +1498,21 @@ impl World {
             });
             assert!(deny.is_none(), "allowed over a standing deny {deny:?}");
         }
+    }
+
+    /// Every live session of every identity (sessions are per identity in the cast).
+    fn live_sessions(&self) -> BTreeSet<SessionId> {
+        (0..2)
+            .filter_map(|i| self.channel.identity(&ident_id(i)))
+            .flat_map(|state| state.sessions().iter())
+            .filter(|(_, s)| **s == SessionState::Live)
+            .map(|(session, _)| session.clone())
+            .collect()
+    }
+
+    /// Whether `session` was live before or after the input being handled.
+    fn was_live(&self, session: &SessionId) -> bool {
+        self.live_before.contains(session) || self.live_sessions().contains(session)
     }
 
     fn check_state(&self) {
