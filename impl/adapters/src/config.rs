@@ -100,6 +100,7 @@ use mc_model::{ConfigError, IdentityConfig, RoomId, UserId};
 use ruma::{OwnedRoomId, OwnedUserId};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -271,24 +272,7 @@ impl Config {
     /// [`ConfigErrors`] with every problem found; an environment variable with the
     /// prefix whose name or value is not UTF-8 is one of them.
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-        let mut issues = Vec::new();
-        let mut env = Vec::new();
-        for (name, value) in std::env::vars_os() {
-            match (name.into_string(), value.into_string()) {
-                (Ok(name), Ok(value)) => env.push((name, value)),
-                (Ok(name), Err(_)) if has_prefix(&name) => issues.push(ConfigIssue {
-                    path: String::new(),
-                    source: format!("env {name}"),
-                    message: "the value is not UTF-8".to_owned(),
-                }),
-                (Err(name), _) if has_prefix(&name.to_string_lossy()) => issues.push(ConfigIssue {
-                    path: String::new(),
-                    source: format!("env {}", name.to_string_lossy()),
-                    message: "the variable's name is not UTF-8".to_owned(),
-                }),
-                _ => {}
-            }
-        }
+        let (env, mut issues) = utf8_env(std::env::vars_os());
         let loaded = Self::load_from(path, env);
         if issues.is_empty() {
             return loaded;
@@ -364,6 +348,32 @@ impl Config {
             _ => Err(ConfigErrors(walk.issues)),
         }
     }
+}
+
+/// The UTF-8 variables of an environment, and an issue for each variable with the
+/// prefix whose name or value is not UTF-8 (other such variables are none of ours).
+fn utf8_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> (Vec<(String, String)>, Vec<ConfigIssue>) {
+    let mut issues = Vec::new();
+    let mut env = Vec::new();
+    for (name, value) in vars {
+        match (name.into_string(), value.into_string()) {
+            (Ok(name), Ok(value)) => env.push((name, value)),
+            (Ok(name), Err(_)) if has_prefix(&name) => issues.push(ConfigIssue {
+                path: String::new(),
+                source: format!("env {name}"),
+                message: "the value is not UTF-8".to_owned(),
+            }),
+            (Err(name), _) if has_prefix(&name.to_string_lossy()) => issues.push(ConfigIssue {
+                path: String::new(),
+                source: format!("env {}", name.to_string_lossy()),
+                message: "the variable's name is not UTF-8".to_owned(),
+            }),
+            _ => {}
+        }
+    }
+    (env, issues)
 }
 
 fn has_prefix(name: &str) -> bool {
@@ -979,7 +989,7 @@ impl Walk<'_> {
             }
         }
         let ttl_ms = settings.prompt_ttl_secs.saturating_mul(1000);
-        if settings.settle_ms > 0 && ttl_ms > 0 && settings.settle_ms >= ttl_ms {
+        if ttl_ms > 0 && settings.settle_ms >= ttl_ms {
             let at = format!("{path}.settle_ms");
             self.issue(
                 &at,
@@ -1595,6 +1605,16 @@ permission_room = "#room:localhost"
     }
 
     #[test]
+    fn a_zero_prompt_lifetime_is_one_error_not_also_a_settle_window_too_long() {
+        let issues = issues(&with_line("prompt_ttl_secs = 0"), no_env());
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_eq!(
+            issue_at(&issues, "identities.bot.prompt_ttl_secs").message,
+            "must be greater than zero"
+        );
+    }
+
+    #[test]
     fn a_settle_window_as_long_as_the_prompt_lifetime_is_an_error() {
         let issues = issues(
             &with_line("prompt_ttl_secs = 2\nsettle_ms = 2000"),
@@ -1640,6 +1660,11 @@ permission_room = "#room:localhost"
                 "approve_keys = [\"❌\"]",
                 "identities.bot.approve_keys[0]",
                 "is in both the approve and the deny set",
+            ),
+            (
+                "deny_keys = [\"👎\", \"\\uFE0F\"]",
+                "identities.bot.deny_keys[1]",
+                "is empty once variation selectors",
             ),
             (
                 "approve_keys = []",
@@ -1783,6 +1808,46 @@ approvers = ["@c:x"]
         );
         let errors = ConfigErrors(vec![issue.clone(), issue]);
         assert_eq!(errors.to_string().lines().count(), 2);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn only_our_variables_that_are_not_utf8_are_issues_and_the_rest_is_kept() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || OsString::from_vec(vec![b'x', 0xff]);
+        let os = |s: &str| OsString::from(s);
+        let mut bad_name = b"MATRIX_CHANNEL_".to_vec();
+        bad_name.push(0xff);
+        let (env, issues) = utf8_env([
+            (os("HOME"), os("/root")),
+            (os("MATRIX_CHANNEL_LISTEN"), os("127.0.0.1:1")),
+            (os("MATRIX_CHANNEL_LOG"), bad()),
+            (OsString::from_vec(bad_name), os("v")),
+            (os("OTHER"), bad()),
+            (bad(), os("v")),
+        ]);
+        assert_eq!(
+            env,
+            [
+                ("HOME".to_owned(), "/root".to_owned()),
+                ("MATRIX_CHANNEL_LISTEN".to_owned(), "127.0.0.1:1".to_owned()),
+            ]
+        );
+        let found: Vec<(String, String)> =
+            issues.into_iter().map(|i| (i.source, i.message)).collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "env MATRIX_CHANNEL_LOG".to_owned(),
+                    "the value is not UTF-8".to_owned()
+                ),
+                (
+                    "env MATRIX_CHANNEL_\u{fffd}".to_owned(),
+                    "the variable's name is not UTF-8".to_owned()
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -1274,6 +1274,12 @@ mod tests {
         }
         let no_content = edited(TEXT, |v| v["content"] = json!({}));
         assert_eq!(parent_from_event(&no_content), None);
+        // With a message's content, but room state, or of another type.
+        let state = edited(TEXT, |v| v["state_key"] = json!(""));
+        let sticker = edited(TEXT, |v| v["type"] = json!("m.sticker"));
+        for json in [state, sticker] {
+            assert_eq!(parent_from_event(&json), None, "{json}");
+        }
     }
 
     #[test]
