@@ -14,14 +14,15 @@ use std::sync::Arc;
 
 /// A server that conformance can drive.
 pub trait Target: Adapter {
-    /// What the server did since the last call, once it is quiet.
-    fn observed(&mut self) -> Vec<Observation>;
+    /// What the server did since the last call, once it is quiet. `expected` is what
+    /// the reference predicts: a real target waits for that much, then a little more.
+    fn observed(&mut self, expected: &[Observation]) -> Vec<Observation>;
     /// The server's model state, when the target can read it (in process).
     fn state(&mut self) -> Option<Channel>;
 }
 
 impl Target for crate::in_process::InProcess {
-    fn observed(&mut self) -> Vec<Observation> {
+    fn observed(&mut self, _: &[Observation]) -> Vec<Observation> {
         self.take_observed()
     }
 
@@ -149,7 +150,7 @@ fn run_counted<T: Target + ?Sized>(
         if let Err(e) = drive(target, &world, action) {
             return Err(report("the adapter failed", String::new(), e));
         }
-        let observed = target.observed();
+        let observed = target.observed(&world.expected);
         coverage.count(action, &observed);
         let (expected_n, expected_s) = canonical(&world.expected);
         let (actual_n, actual_s) = canonical(&observed);
@@ -207,15 +208,30 @@ pub fn regressions(mode: Mode) -> Vec<(PathBuf, Regression)> {
 /// target from `make`, and on a failure shrinks it, saves the shrunk sequence under
 /// `conformance/regressions/` and panics with the report.
 pub fn check<M: ModeOf, T: Target>(cases: u32, max_len: usize, make: impl Fn() -> T) -> Coverage {
+    check_with::<M, T>(
+        Config {
+            cases,
+            max_shrink_iters: 2048,
+            ..Config::default()
+        },
+        1..=max_len,
+        make,
+    )
+}
+
+/// [`check`] with proptest settings (a real target limits shrinking by time).
+pub fn check_with<M: ModeOf, T: Target>(
+    config: Config,
+    lengths: std::ops::RangeInclusive<usize>,
+    make: impl Fn() -> T,
+) -> Coverage {
     let coverage = std::sync::Mutex::new(Coverage::default());
     let config = Config {
-        cases,
         failure_persistence: None,
-        max_shrink_iters: 2048,
-        ..Config::default()
+        ..config
     };
     let mut runner = TestRunner::new(config);
-    let strategy = Reference::<M>::sequential_strategy(1..=max_len);
+    let strategy = Reference::<M>::sequential_strategy(lengths);
     let result = runner.run(
         &strategy,
         |(_, actions, seen): (World, Vec<Action>, Option<Arc<AtomicUsize>>)| {

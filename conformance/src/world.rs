@@ -1040,8 +1040,22 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             };
             ident.members().contains(&sender) && !(real && sender == Who::Bot)
         }
-        Action::Reaction { sender, target, .. } => world.sel(target).is_some_and(|t| {
-            world.events[t].ident.members().contains(&sender) && !(real && sender == Who::Bot)
+        Action::Reaction {
+            sender,
+            target,
+            key,
+        } => world.sel(target).is_some_and(|t| {
+            let target = &world.events[t];
+            // A homeserver refuses a second identical annotation (Synapse:
+            // M_DUPLICATE_ANNOTATION) until the first is redacted.
+            let duplicate = world.events.iter().any(|e| {
+                e.kind == EvKind::Reaction
+                    && !e.redacted
+                    && e.sender == sender
+                    && e.content["m.relates_to"]["event_id"] == target.id.0.as_str()
+                    && e.content["m.relates_to"]["key"] == key.as_str()
+            });
+            target.ident.members().contains(&sender) && !(real && sender == Who::Bot) && !duplicate
         }),
         Action::Redaction { by, target } => world.redactable_sel(target).is_some_and(|t| {
             let e = &world.events[t];
@@ -1054,14 +1068,18 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             e.ident.members().contains(&sender)
                 && !(real && (by == Redactor::Carl && sender != e.sender || sender == Who::Bot))
         }),
-        Action::PermissionRequest { session, .. } => world.known.contains(&session),
+        // A real client sends from an open transport.
+        Action::PermissionRequest { session, .. } => {
+            world.known.contains(&session) && (!real || world.is_live(session))
+        }
         Action::Acknowledge {
             ident,
             session,
             target,
         } => {
-            session.is_none_or(|s| s.ident() == ident && world.known.contains(&s))
-                && world.ack_sel(ident, target).is_some()
+            session.is_none_or(|s| {
+                s.ident() == ident && world.known.contains(&s) && (!real || world.is_live(s))
+            }) && world.ack_sel(ident, target).is_some()
         }
         Action::BreakStream { session } => {
             !real && world.is_live(session) && !world.broken.contains(&session)
@@ -1264,7 +1282,12 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                 .boxed(),
         ));
     }
-    let known: Vec<Sess> = world.known.iter().copied().collect();
+    let known: Vec<Sess> = world
+        .known
+        .iter()
+        .copied()
+        .filter(|s| !real || world.is_live(*s))
+        .collect();
     if !known.is_empty() {
         options.push((
             5,

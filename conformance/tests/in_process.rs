@@ -69,7 +69,10 @@ fn skipped(target: &str) -> Vec<String> {
             let (head, reason) = l.split_once(':')?;
             assert!(!reason.trim().is_empty(), "skip.txt: no reason in {l:?}");
             let (t, what) = head.split_once(' ')?;
-            assert!(["in_process", "real", "both"].contains(&t), "skip.txt: unknown target in {l:?}");
+            assert!(
+                ["in_process", "real", "both"].contains(&t),
+                "skip.txt: unknown target in {l:?}"
+            );
             (t == target || t == "both").then(|| what.trim().to_owned())
         })
         .collect()
@@ -81,8 +84,13 @@ fn the_skip_list_names_real_actions_and_gives_reasons() {
     for target in ["in_process", "real"] {
         for what in skipped(target) {
             // Single words are action names; cases in words have spaces.
-            if !what.contains(' ') && !["attachments", "restart", "membership"].contains(&what.as_str()) {
-                assert!(names.contains(&what.as_str()), "skip.txt: {what} is not an action");
+            if !what.contains(' ')
+                && !["attachments", "restart", "membership"].contains(&what.as_str())
+            {
+                assert!(
+                    names.contains(&what.as_str()),
+                    "skip.txt: {what} is not an action"
+                );
             }
         }
     }

@@ -354,10 +354,18 @@ impl McpClient {
         }
     }
 
+    /// The next notification if one arrives within `timeout`.
+    pub async fn try_next_notification(&self, timeout: Duration) -> Option<Notification> {
+        let mut rx = self.notifications.lock().await;
+        tokio::time::timeout(timeout, rx.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// Panics if a notification arrives within `duration`.
     pub async fn expect_no_notification(&self, duration: Duration) {
-        let mut rx = self.notifications.lock().await;
-        if let Ok(Some(n)) = tokio::time::timeout(duration, rx.recv()).await {
+        if let Some(n) = self.try_next_notification(duration).await {
             panic!(
                 "[{}] expected no notification for {duration:?}, got {} {}",
                 self.name, n.method, n.params

@@ -1,0 +1,559 @@
+//! Real conformance: generated sequences against the `matrix-channel` binary, a real
+//! Synapse (`scripts/homeserver/start`) and the official MCP TypeScript SDK client over
+//! HTTP, compared with the model after every action.
+//!
+//! Wired as the `conformance_real` test of `impl/` (so the binary is built and
+//! `CARGO_BIN_EXE_matrix-channel` is set). Every sequence gets a fresh server (a new
+//! store) and fresh rooms; the people and the bots' accounts are shared.
+//!
+//! What a client sees is translated back to the world's symbolic ids (users, rooms,
+//! events, and each event's `origin_server_ts`) before the comparison; a prompt's event
+//! id is learnt from the prompt the reference predicts with the same content.
+//!
+//! `MC_CONFORMANCE_REAL_CASES` sets the number of sequences (default 20).
+
+#[path = "../../tests/e2e/harness/mod.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use harness::homeserver::{register, Account};
+use harness::human::Human;
+use harness::mcp::McpClient;
+use harness::server::{Identity, Server, ServerConfig};
+use harness::WAIT;
+use mc_conformance::alphabet::Adapter;
+use mc_conformance::runner::{check_with, regressions, run_sequence, Target};
+use mc_conformance::world::{
+    Ident, Key, Mode, Observation, RealMode, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+    REAL_SETTLE, REAL_TTL,
+};
+use mc_model::{Channel, EventId, RoomId};
+use proptest::test_runner::Config;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long to wait for more after what the model predicts has arrived.
+const QUIET: Duration = Duration::from_millis(400);
+
+fn cases() -> u32 {
+    std::env::var("MC_CONFORMANCE_REAL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+/// The people and bot accounts, registered once per test process.
+struct People {
+    ann: Human,
+    carl: Human,
+    eve: Human,
+    bot_a: Account,
+    bot_b: Account,
+}
+
+async fn people() -> &'static People {
+    static PEOPLE: tokio::sync::OnceCell<People> = tokio::sync::OnceCell::const_new();
+    PEOPLE
+        .get_or_init(|| async {
+            let ann = Human::register("ann").await;
+            let carl = Human::register("carl").await;
+            let eve = Human::register("eve").await;
+            ann.set_display_name("Ann").await;
+            carl.set_display_name("Carl").await;
+            eve.set_display_name("Ann").await;
+            People {
+                ann,
+                carl,
+                eve,
+                bot_a: register("bot-a").await,
+                bot_b: register("bot-b").await,
+            }
+        })
+        .await
+}
+
+/// One MCP client per session, and one on `/mcp` per identity for acknowledgements
+/// outside a channel session.
+struct Client {
+    mcp: McpClient,
+    session_id: String,
+    protocol_version: Option<String>,
+}
+
+/// The server under test, for one sequence.
+struct Real {
+    people: &'static People,
+    server: Server,
+    sessions: BTreeMap<Sess, Client>,
+    tools: BTreeMap<Ident, McpClient>,
+    /// Symbolic → real, and back, for every id the world names.
+    to_real: BTreeMap<String, String>,
+    to_sym: BTreeMap<String, String>,
+    /// Real event id → (real ts, symbolic ts).
+    ts: BTreeMap<String, (u64, u64)>,
+    /// Ann's sync position: the identities' sends are read from it.
+    since: String,
+}
+
+impl Real {
+    async fn start() -> Real {
+        let people = people().await;
+        let (ann, carl, eve) = (&people.ann, &people.carl, &people.eve);
+        let a0 = ann.create_room(&[&carl.user_id, &eve.user_id]).await;
+        let a1 = ann.create_room(&[&carl.user_id, &eve.user_id]).await;
+        let b0 = ann.create_room(&[&eve.user_id]).await;
+        for room in [&a0, &a1] {
+            carl.join(room).await;
+            eve.join(room).await;
+        }
+        eve.join(&b0).await;
+
+        let settings = |mut id: Identity| {
+            id.approvers = Some(vec![ann.user_id.clone()]);
+            id.prompt_ttl_secs = Some(REAL_TTL / 1000);
+            id.settle_ms = Some(REAL_SETTLE);
+            id.replay_budget = Some(3);
+            id
+        };
+        let a = settings(Identity::new(
+            "a",
+            &people.bot_a,
+            &[&ann.user_id, &carl.user_id],
+        ));
+        let mut b = settings(Identity::new("b", &people.bot_b, &[&ann.user_id]));
+        b.permission_room = Some(b0.clone());
+        let server = Server::start(ServerConfig {
+            identities: vec![a, b],
+            ..ServerConfig::default()
+        })
+        .await;
+        for room in [&a0, &a1] {
+            ann.invite(room, &people.bot_a.user_id).await;
+        }
+        ann.invite(&b0, &people.bot_b.user_id).await;
+        for room in [&a0, &a1] {
+            ann.wait_joined(room, &people.bot_a.user_id).await;
+        }
+        ann.wait_joined(&b0, &people.bot_b.user_id).await;
+        let since = ann.sync(None, 0, None).await["next_batch"]
+            .as_str()
+            .expect("next_batch")
+            .to_owned();
+
+        let mut real = Real {
+            people,
+            server,
+            sessions: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            to_real: BTreeMap::new(),
+            to_sym: BTreeMap::new(),
+            ts: BTreeMap::new(),
+            since,
+        };
+        for (sym, id) in [
+            (Who::Ann.user_id(Ident::A).0, ann.user_id.clone()),
+            (Who::Carl.user_id(Ident::A).0, carl.user_id.clone()),
+            (Who::Eve.user_id(Ident::A).0, eve.user_id.clone()),
+            (Who::Bot.user_id(Ident::A).0, people.bot_a.user_id.clone()),
+            (Who::Bot.user_id(Ident::B).0, people.bot_b.user_id.clone()),
+            (Ident::A.room(0).0, a0),
+            (Ident::A.room(1).0, a1),
+            (Ident::B.room(0).0, b0),
+        ] {
+            real.map(&sym, &id);
+        }
+        real
+    }
+
+    fn map(&mut self, sym: &str, real: &str) {
+        self.to_real.insert(sym.to_owned(), real.to_owned());
+        self.to_sym.insert(real.to_owned(), sym.to_owned());
+    }
+
+    fn human(&self, who: Who) -> Result<&Human, String> {
+        match who {
+            Who::Ann => Ok(&self.people.ann),
+            Who::Carl => Ok(&self.people.carl),
+            Who::Eve => Ok(&self.people.eve),
+            Who::Bot => Err("the real target does not send as the bot".to_owned()),
+        }
+    }
+
+    fn real_id(&self, sym: &str) -> Result<String, String> {
+        self.to_real
+            .get(sym)
+            .cloned()
+            .ok_or_else(|| format!("no real id for {sym}"))
+    }
+
+    /// Sends the world's latest event as its sender and learns its real id and ts.
+    fn send_latest(&mut self, world: &World) -> Result<(), String> {
+        let ev = world.events.last().ok_or("no event")?.clone();
+        let room = self.real_id(&ev.room.0)?;
+        let human = self.human(ev.sender)?;
+        let content = translate(&ev.content, &self.to_real);
+        let id = runtime().block_on(async {
+            let id = if ev.event_type == "m.room.redaction" {
+                let target = content["redacts"].as_str().unwrap_or_default().to_owned();
+                human.redact(&room, &target, None).await
+            } else {
+                human.send(&room, ev.event_type, &content).await
+            };
+            let ts = human.ts(&room, &id).await;
+            (id, ts)
+        });
+        let (id, ts) = id;
+        self.map(&ev.id.0, &id);
+        self.ts.insert(id, (ts, ev.ts));
+        Ok(())
+    }
+
+    fn client(&self, session: Sess) -> Result<&Client, String> {
+        self.sessions
+            .get(&session)
+            .ok_or_else(|| format!("{session:?} never attached"))
+    }
+
+    /// Translates a notification to the world's ids; `meta.ts` of a known event
+    /// becomes its symbolic ts when it matches the real one.
+    fn symbolic_params(&self, params: &Value) -> Value {
+        let mut out = translate(params, &self.to_sym);
+        if let (Some(event), Some(ts)) = (
+            params.pointer("/meta/event_id").and_then(Value::as_str),
+            params.pointer("/meta/ts").and_then(Value::as_str),
+        ) {
+            if let Some((real, sym)) = self.ts.get(event) {
+                if ts == real.to_string() {
+                    out["meta"]["ts"] = json!(sym.to_string());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Replaces every occurrence of a key of `map` in every string of `value`, longest
+/// keys first.
+fn translate(value: &Value, map: &BTreeMap<String, String>) -> Value {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+    fn walk(v: &Value, keys: &[&String], map: &BTreeMap<String, String>) -> Value {
+        match v {
+            Value::String(s) => {
+                let mut s = s.clone();
+                for k in keys {
+                    if s.contains(k.as_str()) {
+                        s = s.replace(k.as_str(), &map[*k]);
+                    }
+                }
+                Value::String(s)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, keys, map)).collect()),
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .map(|(k, x)| (k.clone(), walk(x, keys, map)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    walk(value, &keys, map)
+}
+
+impl Adapter for Real {
+    fn attach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        let url = self.server.url("/channel");
+        let token = self.server.token(&session.ident().id().0).to_owned();
+        runtime().block_on(async {
+            match self.sessions.get(session) {
+                Some(c) => c
+                    .mcp
+                    .resume(
+                        &url,
+                        &token,
+                        &c.session_id,
+                        c.protocol_version.as_deref(),
+                        None,
+                    )
+                    .await
+                    .map_err(|e| format!("resume {session:?}: {e}")),
+                None => {
+                    let mcp = McpClient::spawn(&format!("{session:?}")).await;
+                    let connected = mcp.connect(&url, &token).await;
+                    self.sessions.insert(
+                        *session,
+                        Client {
+                            mcp,
+                            session_id: connected.session_id,
+                            protocol_version: connected.protocol_version,
+                        },
+                    );
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        let client = self.client(*session)?;
+        runtime().block_on(client.mcp.close());
+        Ok(())
+    }
+
+    fn message(
+        &mut self,
+        world: &World,
+        _: &Ident,
+        _: &Who,
+        _: &u8,
+        _: &Text,
+        _: &Rel,
+    ) -> Result<(), String> {
+        self.send_latest(world)
+    }
+
+    fn reaction(&mut self, world: &World, _: &Who, _: &Sel, _: &Key) -> Result<(), String> {
+        self.send_latest(world)
+    }
+
+    fn redaction(&mut self, world: &World, _: &Redactor, _: &usize) -> Result<(), String> {
+        self.send_latest(world)
+    }
+
+    fn permission_request(&mut self, _: &World, session: &Sess, rid: &Rid) -> Result<(), String> {
+        let client = self.client(*session)?;
+        runtime().block_on(client.mcp.notify(
+            "notifications/claude/channel/permission_request",
+            rid.params(),
+        ));
+        Ok(())
+    }
+
+    fn acknowledge(
+        &mut self,
+        world: &World,
+        ident: &Ident,
+        session: &Option<Sess>,
+        target: &usize,
+    ) -> Result<(), String> {
+        let t = world
+            .ack_sel(*ident, *target)
+            .ok_or("no message to acknowledge")?;
+        let ev = &world.events[t];
+        let args =
+            json!({"event_id": self.real_id(&ev.id.0)?, "room_id": self.real_id(&ev.room.0)?});
+        let url = self.server.url("/mcp");
+        let token = self.server.token(&ident.id().0).to_owned();
+        runtime().block_on(async {
+            let client = match session {
+                Some(s) => &self.client(*s)?.mcp,
+                None => {
+                    if !self.tools.contains_key(ident) {
+                        let mcp = McpClient::spawn(&format!("tools-{ident:?}")).await;
+                        mcp.connect_raw(&url, Some(&token))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        self.tools.insert(*ident, mcp);
+                    }
+                    &self.tools[ident]
+                }
+            };
+            client
+                .call("acknowledge", args)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn break_stream(&mut self, _: &World, _: &Sess) -> Result<(), String> {
+        Err("break_stream is in-process only (conformance/skip.txt)".to_owned())
+    }
+
+    fn tick(&mut self, _: &World, _: &u64) -> Result<(), String> {
+        Err("tick is in-process only (conformance/skip.txt)".to_owned())
+    }
+}
+
+impl Target for Real {
+    fn observed(&mut self, expected: &[Observation]) -> Vec<Observation> {
+        let mut want: BTreeMap<Sess, usize> = BTreeMap::new();
+        let mut sends = 0;
+        for o in expected {
+            match o {
+                Observation::Notification { session, .. } => {
+                    *want.entry(*session).or_default() += 1
+                }
+                Observation::Sent { .. } => sends += 1,
+            }
+        }
+        let deadline = Instant::now() + WAIT;
+        let mut observed = Vec::new();
+        let bots = [
+            self.people.bot_a.user_id.clone(),
+            self.people.bot_b.user_id.clone(),
+        ];
+        runtime().block_on(async {
+            // What the model predicts, then anything more within QUIET.
+            let mut notes: Vec<(Sess, harness::mcp::Notification)> = Vec::new();
+            for (session, client) in &self.sessions {
+                let n = want.get(session).copied().unwrap_or(0);
+                for _ in 0..n {
+                    let wait = deadline.saturating_duration_since(Instant::now());
+                    match client.mcp.try_next_notification(wait).await {
+                        Some(note) => notes.push((*session, note)),
+                        None => break,
+                    }
+                }
+            }
+            let mut got = Vec::new();
+            let mut quiet = false;
+            loop {
+                let wait = if got.len() < sends {
+                    deadline.saturating_duration_since(Instant::now())
+                } else if !quiet {
+                    quiet = true;
+                    tokio::time::sleep(QUIET).await;
+                    Duration::ZERO
+                } else {
+                    break;
+                };
+                if wait.is_zero() && got.len() < sends {
+                    break;
+                }
+                let response = self
+                    .people
+                    .ann
+                    .sync(Some(&self.since), wait.as_millis() as u64, None)
+                    .await;
+                self.since = response["next_batch"]
+                    .as_str()
+                    .unwrap_or(&self.since)
+                    .to_owned();
+                if let Some(rooms) = response.pointer("/rooms/join").and_then(Value::as_object) {
+                    // Only this sequence's rooms: earlier servers' late sends are not ours.
+                    for (room, r) in rooms
+                        .iter()
+                        .filter(|(room, _)| self.to_sym.contains_key(*room))
+                    {
+                        for ev in r
+                            .pointer("/timeline/events")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                        {
+                            let sender = ev["sender"].as_str().unwrap_or_default();
+                            if ev["type"] == "m.room.message" && bots.iter().any(|b| b == sender) {
+                                got.push((room.clone(), sender.to_owned(), ev.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+            // After the quiet period: anything more that arrived.
+            for (session, client) in &self.sessions {
+                while let Some(note) = client.mcp.try_next_notification(Duration::ZERO).await {
+                    notes.push((*session, note));
+                }
+            }
+            for (session, note) in notes {
+                observed.push(Observation::Notification {
+                    session,
+                    method: note.method.clone(),
+                    params: self.symbolic_params(&note.params),
+                });
+            }
+            // Prompts first, so that edits of a prompt posted in the same step translate.
+            got.sort_by_key(|(_, _, ev)| ev.pointer("/content/m.relates_to").is_some());
+            for (room, sender, ev) in got {
+                let ident = if sender == self.people.bot_a.user_id {
+                    Ident::A
+                } else {
+                    Ident::B
+                };
+                let content = translate(
+                    &mc_conformance::world::normalize_content(&ev["content"]),
+                    &self.to_sym,
+                );
+                let room = RoomId(self.to_sym.get(&room).cloned().unwrap_or(room));
+                let real_id = ev["event_id"].as_str().unwrap_or_default().to_owned();
+                // A prompt's id is the one of the predicted prompt with this content.
+                let prompt = expected.iter().find_map(|o| match o {
+                    Observation::Sent {
+                        event_id: Some(id),
+                        content: c,
+                        room: r,
+                        ..
+                    } if *c == content && *r == room => Some(id.clone()),
+                    _ => None,
+                });
+                if let Some(id) = &prompt {
+                    self.map(&id.0, &real_id);
+                }
+                observed.push(Observation::Sent {
+                    ident,
+                    room,
+                    event_id: prompt.or_else(|| {
+                        (ev.pointer("/content/m.relates_to").is_none()).then_some(EventId(real_id))
+                    }),
+                    content,
+                });
+            }
+        });
+        observed
+    }
+
+    fn state(&mut self) -> Option<Channel> {
+        None
+    }
+}
+
+fn config() -> Config {
+    Config {
+        cases: cases(),
+        // A real sequence takes seconds: shrink for at most five minutes.
+        max_shrink_iters: 256,
+        max_shrink_time: 300_000,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn generated_sequences_conform_on_the_real_server() {
+    let coverage =
+        check_with::<RealMode, _>(config(), 8..=16, || runtime().block_on(Real::start()));
+    eprintln!("{coverage:#?}");
+    for kind in ["attach", "message", "reaction", "permission_request"] {
+        assert!(
+            coverage.actions.get(kind).copied().unwrap_or(0) > 0,
+            "no {kind} action was generated"
+        );
+    }
+    assert!(
+        coverage.observations.values().sum::<usize>() > 0,
+        "nothing was observed"
+    );
+}
+
+#[test]
+fn saved_regressions_conform_on_the_real_server() {
+    for (path, regression) in regressions(Mode::Real) {
+        let mut target = runtime().block_on(Real::start());
+        if let Err(report) = run_sequence(Mode::Real, &regression.actions, &mut target, None) {
+            panic!("{}:\n{report}", path.display());
+        }
+    }
+}
