@@ -19,8 +19,8 @@ use mc_model::verdict::parse_text_verdict;
 use mc_model::{
     Attachment, Behavior, Channel, DropReason, Effect, EffectId, EventId, Gate, IdentityConfig,
     IdentityId, Input, Message, MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome,
-    Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId,
-    SessionId, SessionState, UserId, VerdictSource,
+    Parent, PermissionRequest, Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId,
+    RoomId, SessionId, SessionState, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -533,6 +533,9 @@ pub struct World {
     /// The sessions live before the input being handled (timers fire first, so a
     /// push or verdict may go to a session that the input then detaches).
     live_before: BTreeSet<SessionId>,
+    /// The prompts before the input being handled (a prompt decided by a timer may be
+    /// replaced by the input in the same call).
+    prompts_before: Vec<(usize, Prompt)>,
     pub reached: Reached,
 }
 
@@ -613,6 +616,7 @@ impl World {
             withdrawn: BTreeMap::new(),
             written_rooms: [BTreeSet::new(), BTreeSet::new()],
             live_before: BTreeSet::new(),
+            prompts_before: Vec::new(),
             reached: Reached::default(),
         }
     }
@@ -1153,6 +1157,10 @@ impl World {
     fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
         let before = self.channel.now();
         self.live_before = self.live_sessions();
+        self.prompts_before = (0..2)
+            .filter_map(|i| Some((i, self.channel.identity(&ident_id(i))?)))
+            .flat_map(|(i, state)| state.prompts().iter().map(move |p| (i, p.clone())))
+            .collect();
         let effects = self.channel.handle(now, input);
         assert_eq!(
             self.channel.now(),
@@ -1337,20 +1345,36 @@ impl World {
                     "verdict to a session that is not live"
                 );
                 let state = self.channel.identity(identity).expect("identity");
-                let prompt = state
+                let delivering = state
                     .prompts()
                     .iter()
-                    .find(|p| matches!(p.phase, Phase::Delivering { send, .. } if send == *id))
-                    .expect("a verdict send for no delivering prompt");
+                    .find(|p| matches!(p.phase, Phase::Delivering { send, .. } if send == *id));
+                let prompt = match delivering {
+                    Some(p) => {
+                        let Phase::Delivering { decision, .. } = &p.phase else {
+                            unreachable!()
+                        };
+                        assert_eq!(decision.behavior, verdict.behavior);
+                        p.clone()
+                    }
+                    // Decided by a timer, then replaced by the input, in one call.
+                    None => self
+                        .prompts_before
+                        .iter()
+                        .find(|(i, p)| {
+                            *i == ident
+                                && p.session == *session
+                                && p.request.request_id == verdict.request_id
+                                && p.phase.message().is_some()
+                        })
+                        .map(|(_, p)| p.clone())
+                        .expect("a verdict send for no prompt"),
+                };
                 assert_eq!(
                     &prompt.session, session,
                     "a verdict to a session that did not ask"
                 );
                 assert_eq!(prompt.request.request_id, verdict.request_id);
-                let Phase::Delivering { decision, .. } = &prompt.phase else {
-                    unreachable!()
-                };
-                assert_eq!(decision.behavior, verdict.behavior);
                 assert!(self.requested.contains(&(
                     ident,
                     session.clone(),
@@ -1419,6 +1443,19 @@ impl World {
                 p.session == *session
                     && p.request.request_id == *request_id
                     && !p.phase.is_answerable()
+                    && p.phase.message().is_some()
+            })
+            .or_else(|| {
+                // Decided by a timer, then replaced by the input, in one call.
+                self.prompts_before
+                    .iter()
+                    .filter(|(i, _)| *i == ident)
+                    .map(|(_, p)| p)
+                    .find(|p| {
+                        p.session == *session
+                            && p.request.request_id == *request_id
+                            && p.phase.message().is_some()
+                    })
             })
             .and_then(|p| p.phase.message().cloned())
             .expect("a verdict for no decided prompt");
