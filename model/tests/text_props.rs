@@ -66,7 +66,9 @@ proptest! {
 
     #[test]
     fn a_verdict_shaped_body_parses_whatever_its_id_letters(
-        word in "(?i)(y|yes|n|no)",
+        // ASCII case only: `(?i)` would also draw U+017F LONG S for `s`, which is no
+        // verdict word.
+        word in "[yY]|[yY][eE][sS]|[nN]|[nN][oO]",
         id in "[a-zA-Z]{5}",
     ) {
         let parsed = parse_text_verdict(&format!("{word} {id}"));
