@@ -1148,7 +1148,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         Sess::ALL.into_iter().partition(|s| world.is_live(*s));
     if !idle.is_empty() {
         options.push((
-            4,
+            if real { 8 } else { 4 },
             pick(idle)
                 .prop_map(|session| Action::Attach { session })
                 .boxed(),
@@ -1170,8 +1170,11 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             ));
         }
     }
+    // Ann (the approver) most; in the real target, time goes to prompts and verdicts.
     let mut senders = vec![Who::Ann, Who::Ann, Who::Ann, Who::Carl, Who::Eve];
-    if !real {
+    if real {
+        senders.extend([Who::Ann, Who::Ann]);
+    } else {
         senders.push(Who::Bot);
     }
     let rids = vec![Rid::R1, Rid::R2];
@@ -1187,7 +1190,10 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
     let sel = {
         let mut sels: Vec<(u32, BoxedStrategy<Sel>)> = Vec::new();
         if has_prompts {
-            sels.push((2, (0usize..8).prop_map(Sel::Prompt).boxed()));
+            sels.push((
+                if real { 4 } else { 2 },
+                (0usize..8).prop_map(Sel::Prompt).boxed(),
+            ));
         }
         if has_messages {
             sels.push((1, (0usize..8).prop_map(Sel::Message).boxed()));
@@ -1290,7 +1296,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         .collect();
     if !known.is_empty() {
         options.push((
-            5,
+            if real { 9 } else { 5 },
             (pick(known.clone()), pick(rids))
                 .prop_map(|(session, rid)| Action::PermissionRequest { session, rid })
                 .boxed(),
