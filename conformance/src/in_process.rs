@@ -182,9 +182,15 @@ impl RoomView for MemRoom<'_> {
             .iter()
             .find(|e| e["event_id"] == event_id && e["room_id"] == self.id.0.as_str())?
             .clone();
-        if net.redacted.contains(event_id) {
+        if let Some(because) = net
+            .events
+            .iter()
+            .find(|e| e["type"] == "m.room.redaction" && e["content"]["redacts"] == event_id)
+        {
+            // As a homeserver serves a redacted event: no content, the redaction in
+            // `unsigned.redacted_because`.
             event["content"] = json!({});
-            event["unsigned"] = json!({"redacted_because": {}});
+            event["unsigned"] = json!({"redacted_because": because});
             return Some(event.to_string());
         }
         let edit = net.events.iter().rev().find(|e| {

@@ -53,7 +53,7 @@ fn canonical(observations: &[Observation]) -> (Vec<(Sess, Vec<&Observation>)>, V
         .collect();
     let mut sent: Vec<&Observation> = observations
         .iter()
-        .filter(|o| matches!(o, Observation::Sent { .. }))
+        .filter(|o| !matches!(o, Observation::Notification { .. }))
         .collect();
     sent.sort_by_key(|o| serde_json::to_string(o).unwrap_or_default());
     (per_session, sent)
@@ -106,6 +106,9 @@ impl Coverage {
                     "prompt edited".to_owned()
                 }
                 Observation::Sent { .. } => "notice".to_owned(),
+                Observation::Acknowledged { acknowledged, .. } => {
+                    format!("acknowledge tool: {acknowledged}")
+                }
             };
             *self.observations.entry(kind).or_default() += 1;
         }
@@ -172,6 +175,15 @@ fn run_counted<T: Target + ?Sized>(
                 ));
             }
         }
+    }
+    // Nothing more may arrive after the last action.
+    let late = target.observed(&[]);
+    if !late.is_empty() {
+        return Err(format!(
+            "conformance ({mode:?}): the server did more after the last step {}:\n{}",
+            actions.len().saturating_sub(1),
+            pretty(&late)
+        ));
     }
     Ok(())
 }

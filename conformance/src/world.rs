@@ -395,6 +395,14 @@ pub enum Observation {
         method: String,
         params: Value,
     },
+    /// The `acknowledge` tool's answer: whether the event is now acknowledged (a
+    /// pushed event the agent acknowledged). Real target only: in process the
+    /// acknowledgement is submitted without the tool.
+    Acknowledged {
+        ident: Ident,
+        event_id: EventId,
+        acknowledged: bool,
+    },
     /// An event the identity sent to a room ([`normalize_content`]); `event_id` for
     /// prompts only.
     Sent {
@@ -405,33 +413,11 @@ pub enum Observation {
     },
 }
 
-/// The parts of an `m.room.message` content that carry meaning: `msgtype`, `body`,
-/// `format`, `formatted_body`, `m.relates_to` and `m.new_content` (for an `m.replace`,
-/// only the last two: the `* ` fallback body is for clients without edits,
-/// [Client-Server API, "Event replacements"](https://spec.matrix.org/v1.16/client-server-api/#event-replacements)).
+/// An event's content as compared: the whole of it (every key the server sends must
+/// be predicted, `m.mentions` included). One function, so that both sides go through
+/// the same place if a key ever has to be ignored.
 pub fn normalize_content(content: &Value) -> Value {
-    let is_edit = content
-        .pointer("/m.relates_to/rel_type")
-        .and_then(Value::as_str)
-        == Some("m.replace");
-    let keys: &[&str] = if is_edit {
-        &["m.relates_to", "m.new_content"]
-    } else {
-        &[
-            "msgtype",
-            "body",
-            "format",
-            "formatted_body",
-            "m.relates_to",
-        ]
-    };
-    let mut out = serde_json::Map::new();
-    for key in keys {
-        if let Some(v) = content.get(*key) {
-            out.insert((*key).to_owned(), v.clone());
-        }
-    }
-    Value::Object(out)
+    content.clone()
 }
 
 /// The reference state: the model and its world.
@@ -588,11 +574,25 @@ impl World {
                 let target = self
                     .ack_sel(ident, target)
                     .expect("checked by the precondition");
+                let event_id = self.events[target].id.clone();
                 self.run(Input::Acknowledge {
                     identity: ident.id(),
                     session: session.map(Sess::id),
-                    event_id: self.events[target].id.clone(),
-                })
+                    event_id: event_id.clone(),
+                });
+                if self.mode == Mode::Real {
+                    let acknowledged = self.channel.identity(&ident.id()).is_some_and(|s| {
+                        matches!(
+                            s.log_entry(&event_id).map(|e| &e.record),
+                            Some(mc_model::Record::Pushed { acked: true, .. })
+                        )
+                    });
+                    self.expected.push(Observation::Acknowledged {
+                        ident,
+                        event_id,
+                        acknowledged,
+                    });
+                }
             }
             Action::BreakStream { session } => {
                 self.broken.insert(session);
@@ -957,7 +957,13 @@ impl World {
                     ident: ident_of(&identity),
                     room,
                     event_id: None,
+                    // An `m.replace` with the `* ` fallback for clients without edits
+                    // (Client-Server API, "Event replacements").
                     content: json!({
+                        "msgtype": "m.text",
+                        "body": format!("* {}", text.plain),
+                        "format": "org.matrix.custom.html",
+                        "formatted_body": format!("* {}", text.html),
                         "m.new_content": {
                             "msgtype": "m.text",
                             "body": text.plain,

@@ -55,13 +55,13 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// The people and bot accounts, registered once per test process.
+/// The people, registered once per test process. The bots are registered per
+/// sequence: a bot account stays joined to its rooms, and a bot shared with another
+/// sequence (running at the same time, or before) would receive that sequence's events.
 struct People {
     ann: Human,
     carl: Human,
     eve: Human,
-    bot_a: Account,
-    bot_b: Account,
 }
 
 async fn people() -> &'static People {
@@ -74,13 +74,7 @@ async fn people() -> &'static People {
             ann.set_display_name("Ann").await;
             carl.set_display_name("Carl").await;
             eve.set_display_name("Ann").await;
-            People {
-                ann,
-                carl,
-                eve,
-                bot_a: register("bot-a").await,
-                bot_b: register("bot-b").await,
-            }
+            People { ann, carl, eve }
         })
         .await
 }
@@ -96,6 +90,8 @@ struct Client {
 /// The server under test, for one sequence.
 struct Real {
     people: &'static People,
+    bot_a: Account,
+    bot_b: Account,
     server: Server,
     sessions: BTreeMap<Sess, Client>,
     tools: BTreeMap<Ident, McpClient>,
@@ -106,11 +102,14 @@ struct Real {
     ts: BTreeMap<String, (u64, u64)>,
     /// Ann's sync position: the identities' sends are read from it.
     since: String,
+    /// Tool answers seen since the last step.
+    answers: Vec<Observation>,
 }
 
 impl Real {
     async fn start() -> Real {
         let people = people().await;
+        let (bot_a, bot_b) = (register("bot-a").await, register("bot-b").await);
         let (ann, carl, eve) = (&people.ann, &people.carl, &people.eve);
         let a0 = ann.create_room(&[&carl.user_id, &eve.user_id]).await;
         let a1 = ann.create_room(&[&carl.user_id, &eve.user_id]).await;
@@ -128,12 +127,8 @@ impl Real {
             id.replay_budget = Some(3);
             id
         };
-        let a = settings(Identity::new(
-            "a",
-            &people.bot_a,
-            &[&ann.user_id, &carl.user_id],
-        ));
-        let mut b = settings(Identity::new("b", &people.bot_b, &[&ann.user_id]));
+        let a = settings(Identity::new("a", &bot_a, &[&ann.user_id, &carl.user_id]));
+        let mut b = settings(Identity::new("b", &bot_b, &[&ann.user_id]));
         b.permission_room = Some(b0.clone());
         let server = Server::start(ServerConfig {
             identities: vec![a, b],
@@ -141,13 +136,13 @@ impl Real {
         })
         .await;
         for room in [&a0, &a1] {
-            ann.invite(room, &people.bot_a.user_id).await;
+            ann.invite(room, &bot_a.user_id).await;
         }
-        ann.invite(&b0, &people.bot_b.user_id).await;
+        ann.invite(&b0, &bot_b.user_id).await;
         for room in [&a0, &a1] {
-            ann.wait_joined(room, &people.bot_a.user_id).await;
+            ann.wait_joined(room, &bot_a.user_id).await;
         }
-        ann.wait_joined(&b0, &people.bot_b.user_id).await;
+        ann.wait_joined(&b0, &bot_b.user_id).await;
         let since = ann.sync(None, 0, None).await["next_batch"]
             .as_str()
             .expect("next_batch")
@@ -155,6 +150,8 @@ impl Real {
 
         let mut real = Real {
             people,
+            bot_a: bot_a.clone(),
+            bot_b: bot_b.clone(),
             server,
             sessions: BTreeMap::new(),
             tools: BTreeMap::new(),
@@ -162,13 +159,14 @@ impl Real {
             to_sym: BTreeMap::new(),
             ts: BTreeMap::new(),
             since,
+            answers: Vec::new(),
         };
         for (sym, id) in [
             (Who::Ann.user_id(Ident::A).0, ann.user_id.clone()),
             (Who::Carl.user_id(Ident::A).0, carl.user_id.clone()),
             (Who::Eve.user_id(Ident::A).0, eve.user_id.clone()),
-            (Who::Bot.user_id(Ident::A).0, people.bot_a.user_id.clone()),
-            (Who::Bot.user_id(Ident::B).0, people.bot_b.user_id.clone()),
+            (Who::Bot.user_id(Ident::A).0, bot_a.user_id.clone()),
+            (Who::Bot.user_id(Ident::B).0, bot_b.user_id.clone()),
             (Ident::A.room(0).0, a0),
             (Ident::A.room(1).0, a1),
             (Ident::B.room(0).0, b0),
@@ -309,7 +307,12 @@ impl Adapter for Real {
 
     fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
         let client = self.client(*session)?;
-        runtime().block_on(client.mcp.close());
+        runtime().block_on(async {
+            client.mcp.close().await;
+            // The server sees the stream end asynchronously; a push in between would go
+            // to a closed stream. There is no signal to wait for.
+            tokio::time::sleep(QUIET).await;
+        });
         Ok(())
     }
 
@@ -357,26 +360,42 @@ impl Adapter for Real {
             json!({"event_id": self.real_id(&ev.id.0)?, "room_id": self.real_id(&ev.room.0)?});
         let url = self.server.url("/mcp");
         let token = self.server.token(&ident.id().0).to_owned();
-        runtime().block_on(async {
-            let client = match session {
-                Some(s) => &self.client(*s)?.mcp,
-                None => {
-                    if !self.tools.contains_key(ident) {
-                        let mcp = McpClient::spawn(&format!("tools-{ident:?}")).await;
-                        mcp.connect_raw(&url, Some(&token))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        self.tools.insert(*ident, mcp);
+        runtime()
+            .block_on(async {
+                let client = match session {
+                    Some(s) => &self.client(*s)?.mcp,
+                    None => {
+                        if !self.tools.contains_key(ident) {
+                            let mcp = McpClient::spawn(&format!("tools-{ident:?}")).await;
+                            mcp.connect_raw(&url, Some(&token))
+                                .await
+                                .map_err(|e| e.to_string())?;
+                            self.tools.insert(*ident, mcp);
+                        }
+                        &self.tools[ident]
                     }
-                    &self.tools[ident]
+                };
+                client
+                    .call("acknowledge", args)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|result| {
+                if result["isError"] == true {
+                    return Err(format!("acknowledge failed: {result}"));
                 }
-            };
-            client
-                .call("acknowledge", args)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
+                let acknowledged = result["structuredContent"]["acknowledged"]
+                    .as_bool()
+                    .ok_or_else(|| {
+                        format!("acknowledge answered without `acknowledged`: {result}")
+                    })?;
+                self.answers.push(Observation::Acknowledged {
+                    ident: *ident,
+                    event_id: ev.id.clone(),
+                    acknowledged,
+                });
+                Ok(())
+            })
     }
 
     fn break_stream(&mut self, _: &World, _: &Sess) -> Result<(), String> {
@@ -398,14 +417,12 @@ impl Target for Real {
                     *want.entry(*session).or_default() += 1
                 }
                 Observation::Sent { .. } => sends += 1,
+                Observation::Acknowledged { .. } => {}
             }
         }
         let deadline = Instant::now() + WAIT;
-        let mut observed = Vec::new();
-        let bots = [
-            self.people.bot_a.user_id.clone(),
-            self.people.bot_b.user_id.clone(),
-        ];
+        let mut observed = std::mem::take(&mut self.answers);
+        let bots = [self.bot_a.user_id.clone(), self.bot_b.user_id.clone()];
         runtime().block_on(async {
             // What the model predicts, then anything more within QUIET.
             let mut notes: Vec<(Sess, harness::mcp::Notification)> = Vec::new();
@@ -479,7 +496,7 @@ impl Target for Real {
             // Prompts first, so that edits of a prompt posted in the same step translate.
             got.sort_by_key(|(_, _, ev)| ev.pointer("/content/m.relates_to").is_some());
             for (room, sender, ev) in got {
-                let ident = if sender == self.people.bot_a.user_id {
+                let ident = if sender == self.bot_a.user_id {
                     Ident::A
                 } else {
                     Ident::B
@@ -531,8 +548,16 @@ fn config() -> Config {
     }
 }
 
+/// The two tests take turns: each runs a server and several clients, and the settle
+/// windows and quiet periods should not starve on two cores.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn generated_sequences_conform_on_the_real_server() {
+    let _turn = one_at_a_time();
     let coverage =
         check_with::<RealMode, _>(config(), 8..=16, || runtime().block_on(Real::start()));
     eprintln!("{coverage:#?}");
@@ -567,6 +592,7 @@ fn generated_sequences_conform_on_the_real_server() {
 
 #[test]
 fn saved_regressions_conform_on_the_real_server() {
+    let _turn = one_at_a_time();
     for (path, regression) in regressions(Mode::Real) {
         let mut target = runtime().block_on(Real::start());
         if let Err(report) = run_sequence(Mode::Real, &regression.actions, &mut target, None) {
