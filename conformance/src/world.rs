@@ -302,9 +302,14 @@ pub enum Rel {
         to: Sel,
         fallback: bool,
     },
-    /// A thread message under `root` (with the fallback `m.in_reply_to`).
+    /// A thread message under `root`. Without `reply`, its `m.in_reply_to` is only the
+    /// fallback for clients without threads (`is_falling_back: true`); with `reply`, it
+    /// really replies to the root (Client-Server API, "Fallback for unthreaded
+    /// clients").
     Thread {
         root: Sel,
+        #[serde(default)]
+        reply: bool,
     },
     /// An `m.replace` edit of the n-th message.
     Edit {
@@ -652,7 +657,7 @@ impl World {
     pub fn rel_target(&self, rel: Rel) -> Option<usize> {
         match rel {
             Rel::None => None,
-            Rel::Reply { to, .. } | Rel::Thread { root: to } => self.sel(to),
+            Rel::Reply { to, .. } | Rel::Thread { root: to, .. } => self.sel(to),
             Rel::Edit { of } => self.message_sel(of),
         }
     }
@@ -760,22 +765,23 @@ impl World {
                     },
                 })
             }
-            Rel::Thread { root } => {
+            Rel::Thread { root, reply } => {
                 let root = self.sel(root).expect("checked by the precondition");
                 let root_id = self.events[root].id.clone();
                 content["m.relates_to"] = json!({
                     "rel_type": "m.thread",
                     "event_id": root_id.0,
-                    "is_falling_back": true,
+                    "is_falling_back": !reply,
                     "m.in_reply_to": {"event_id": root_id.0},
                 });
                 Some(Relation::Thread {
                     root: root_id.clone(),
                     in_reply_to: Some(ReplyTo {
                         event_id: root_id,
-                        parent: None,
+                        // Only a real reply's parent is fetched.
+                        parent: if reply { self.parent(root) } else { None },
                     }),
-                    is_falling_back: true,
+                    is_falling_back: !reply,
                 })
             }
             Rel::Edit { of } => {
@@ -799,7 +805,8 @@ impl World {
             Rel::Edit { of } => EvKind::Edit {
                 of: self.message_sel(of).expect("checked by the precondition"),
             },
-            Rel::Reply { .. } => EvKind::Message {
+            // A message that really replies (its own fallback is stripped when quoted).
+            Rel::Reply { .. } | Rel::Thread { reply: true, .. } => EvKind::Message {
                 body: body.clone(),
                 is_reply: true,
             },
@@ -1215,7 +1222,12 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                 .prop_map(|(to, fallback)| Rel::Reply { to, fallback })
                 .boxed(),
         ));
-        rels.push((1, s.prop_map(|root| Rel::Thread { root }).boxed()));
+        rels.push((
+            1,
+            (s, any::<bool>())
+                .prop_map(|(root, reply)| Rel::Thread { root, reply })
+                .boxed(),
+        ));
     }
     if has_messages {
         rels.push((1, (0usize..8).prop_map(|of| Rel::Edit { of }).boxed()));
