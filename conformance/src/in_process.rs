@@ -38,14 +38,21 @@ fn clock() -> Millis {
 pub struct Net {
     /// Every event in every room, as the homeserver serves it.
     events: Vec<Value>,
-    /// Redacted event ids.
-    redacted: BTreeSet<String>,
     /// What was observed since the last take.
     observed: Vec<Observation>,
     /// Sessions whose stream is broken: writes to them fail.
     broken: BTreeSet<SessionId>,
     /// Wire calls so far (to see when the engine and its tasks are idle).
     calls: u64,
+}
+
+impl Net {
+    /// The redaction of `event_id`, if one was sent.
+    fn redaction_of(&self, event_id: &Value) -> Option<&Value> {
+        self.events
+            .iter()
+            .find(|e| e["type"] == "m.room.redaction" && e["content"]["redacts"] == *event_id)
+    }
 }
 
 /// The engine's [`Wire`] over [`Net`].
@@ -182,11 +189,7 @@ impl RoomView for MemRoom<'_> {
             .iter()
             .find(|e| e["event_id"] == event_id && e["room_id"] == self.id.0.as_str())?
             .clone();
-        if let Some(because) = net
-            .events
-            .iter()
-            .find(|e| e["type"] == "m.room.redaction" && e["content"]["redacts"] == event_id)
-        {
+        if let Some(because) = net.redaction_of(&json!(event_id)) {
             // As a homeserver serves a redacted event: no content, the redaction in
             // `unsigned.redacted_because`.
             event["content"] = json!({});
@@ -197,9 +200,7 @@ impl RoomView for MemRoom<'_> {
             e["content"]["m.relates_to"]["rel_type"] == "m.replace"
                 && e["content"]["m.relates_to"]["event_id"] == event_id
                 && e["sender"] == event["sender"]
-                && !net
-                    .redacted
-                    .contains(e["event_id"].as_str().unwrap_or_default())
+                && net.redaction_of(&e["event_id"]).is_none()
         });
         if let Some(edit) = edit {
             event["unsigned"] = json!({"m.relations": {"m.replace": edit}});
@@ -286,11 +287,6 @@ impl InProcess {
         let json = ev.json();
         {
             let mut net = self.wire.net.lock().unwrap();
-            if ev.event_type == "m.room.redaction" {
-                if let Some(target) = ev.content["redacts"].as_str() {
-                    net.redacted.insert(target.to_owned());
-                }
-            }
             net.events.push(json.clone());
         }
         let room = MemRoom {

@@ -273,7 +273,7 @@ pub fn check_with<M: ModeOf, T: Target>(
                     Mode::InProcess => "in-process",
                     Mode::Real => "real",
                 },
-                fxhash(&json)
+                fnv1a(&json)
             );
             let path = regressions_dir().join(name);
             let saved = std::fs::create_dir_all(regressions_dir())
@@ -292,7 +292,7 @@ pub fn check_with<M: ModeOf, T: Target>(
 }
 
 /// A stable 64-bit FNV-1a hash, for file names.
-fn fxhash(s: &str) -> u64 {
+fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
