@@ -1,0 +1,2 @@
+//! The core alone (placeholder, being written).
+fn main() {}

@@ -1,0 +1,1 @@
+//! matrix-channel's benchmark report (placeholder, being written).
