@@ -1,0 +1,401 @@
+//! The Markdown report: a line naming the machine, one table, notes.
+
+use std::fmt::Write as _;
+
+use crate::{Channel, Core, Results, Summary, CHANNEL_FILE, CORE_FILE};
+
+/// Renders the report as Markdown, for `table.md` and the README:
+///
+/// - a line naming the machine (from `channel.json`), and a warning on a quick run;
+/// - a table `| measure | matrix-channel | baseline | ratio |`, one row per number: push
+///   latency p50/p90/p99 against a raw `/sync` client (ms), the burst (s, and the
+///   missing / duplicate / out-of-order counts), the prompt round trip against the
+///   homeserver's two hops (ms) and what matrix-channel adds, memory loaded against idle
+///   (MiB), the core's `handle` throughput against its baseline (inputs/s), and each
+///   model-check scope (unique states, seconds, states/s);
+/// - notes: what the ratio means, what the baselines are, and what is missing.
+///
+/// Rounding: ms to 0.1, s to 0.01, MiB to 0.1, ratios to 0.01, rates to three
+/// significant digits with k/M, counts with thousands separators. The ratio column is
+/// always matrix-channel ÷ baseline, taken from the input where the benchmark wrote it.
+pub fn table(results: &Results) -> String {
+    let mut out = String::new();
+    out.push_str(&machine_line(results.channel.as_ref()));
+    out.push('\n');
+    if results.quick() {
+        out.push_str(
+            "\n**Quick run**: fewer samples and iterations; the numbers are indicative only.\n",
+        );
+    }
+    out.push_str(
+        "\n| measure | matrix-channel | baseline | ratio |\n| --- | ---: | ---: | ---: |\n",
+    );
+    let mut rows = Vec::new();
+    if let Some(channel) = &results.channel {
+        channel_rows(channel, &mut rows);
+    }
+    if let Some(core) = &results.core {
+        core_rows(core, &mut rows);
+    }
+    if rows.is_empty() {
+        rows.push(Row::new("nothing measured", DASH, DASH, DASH));
+    }
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            cell(&row.measure),
+            cell(&row.ours),
+            cell(&row.baseline),
+            cell(&row.ratio)
+        );
+    }
+    out.push('\n');
+    for note in notes(results) {
+        let _ = writeln!(out, "- {note}");
+    }
+    out
+}
+
+const DASH: &str = "—";
+
+struct Row {
+    measure: String,
+    ours: String,
+    baseline: String,
+    ratio: String,
+}
+
+impl Row {
+    fn new(
+        measure: impl Into<String>,
+        ours: impl Into<String>,
+        baseline: impl Into<String>,
+        ratio: impl Into<String>,
+    ) -> Row {
+        Row {
+            measure: measure.into(),
+            ours: ours.into(),
+            baseline: baseline.into(),
+            ratio: ratio.into(),
+        }
+    }
+}
+
+fn machine_line(channel: Option<&Channel>) -> String {
+    let Some(m) = channel.and_then(|c| c.machine.as_ref()) else {
+        return format!("**Machine:** not recorded ({CHANNEL_FILE} has no machine).");
+    };
+    format!(
+        "**Machine:** {} ({} cores, {} GiB), {}, Linux {}, {}, Synapse {}, commit `{}`, {} profile, {}.",
+        m.cpu,
+        m.cores,
+        or_dash(m.memory_gib, |g| format!("{g:.1}")), m.os, m.kernel, m.rustc, m.synapse, m.commit, m.profile, m.date
+    )
+}
+
+fn channel_rows(channel: &Channel, rows: &mut Vec<Row>) {
+    if let Some(p) = &channel.push_latency {
+        let pairs = [
+            ("p50", p.channel.p50, p.raw_sync.p50, p.ratio.p50),
+            ("p90", p.channel.p90, p.raw_sync.p90, p.ratio.p90),
+            ("p99", p.channel.p99, p.raw_sync.p99, p.ratio.p99),
+        ];
+        for (i, (name, ours, raw, ratio)) in pairs.into_iter().enumerate() {
+            let what = if i == 0 {
+                " (ms; baseline: a raw /sync client)"
+            } else {
+                " (ms)"
+            };
+            rows.push(Row::new(
+                format!("push latency {name}{what}"),
+                ms(ours),
+                ms(raw),
+                times(ratio),
+            ));
+        }
+    }
+    if let Some(b) = &channel.burst {
+        rows.push(Row::new(
+            format!(
+                "burst of {} messages, until all arrived (s; sent in {})",
+                count(b.messages),
+                secs(b.send_s)
+            ),
+            secs(b.channel_s),
+            secs(b.raw_sync_s),
+            times(b.ratio),
+        ));
+        let d = |d: &crate::Delivery| {
+            format!(
+                "{} / {} / {}",
+                count(d.missing),
+                count(d.duplicates),
+                count(d.out_of_order)
+            )
+        };
+        rows.push(Row::new(
+            "burst: missing / duplicates / out of order",
+            d(&b.channel),
+            d(&b.raw_sync),
+            DASH,
+        ));
+    }
+    if let Some(r) = &channel.prompt_round_trip {
+        let t = &r.total_ms;
+        let h = &r.homeserver_hops_ms;
+        let pairs = [
+            ("p50", t.p50, h.p50),
+            ("p90", t.p90, h.p90),
+            ("p99", t.p99, h.p99),
+        ];
+        for (i, (name, total, hops)) in pairs.into_iter().enumerate() {
+            let what = if i == 0 {
+                " (ms; baseline: the homeserver's two hops)"
+            } else {
+                " (ms)"
+            };
+            rows.push(Row::new(
+                format!("prompt round trip {name}{what}"),
+                ms(total),
+                ms(hops),
+                times(total / hops),
+            ));
+        }
+        rows.push(Row::new(
+            format!(
+                "added by matrix-channel to a prompt round trip, p50 / p90 / p99 (ms; {} rounds)",
+                count(r.rounds)
+            ),
+            triple(&r.added_ms),
+            DASH,
+            DASH,
+        ));
+    }
+    if let Some(m) = &channel.memory {
+        rows.push(Row::new(
+            format!(
+                "memory with {} identities and {} sessions (MiB; baseline: idle, 1 identity)",
+                count(m.identities),
+                count(m.sessions)
+            ),
+            mib(m.ten_identities_100_sessions_kib),
+            mib(m.idle_one_identity_kib),
+            times(m.ratio),
+        ));
+    }
+}
+
+fn core_rows(core: &Core, rows: &mut Vec<Row>) {
+    if let Some(h) = &core.handle {
+        rows.push(Row::new(
+            format!(
+                "core `handle` throughput (inputs/s, batches of {}; baseline: event decode)",
+                count(h.batch)
+            ),
+            format!("{} ({} ns each)", rate(h.inputs_per_s), ns(h.ns_per_input)),
+            format!(
+                "{} ({} ns each)",
+                rate(h.baseline_per_s),
+                ns(h.baseline_ns_per_input)
+            ),
+            times(h.ratio),
+        ));
+    }
+    for m in &core.model_check {
+        let search = if m.bounded {
+            "bounded depth"
+        } else {
+            "full search"
+        };
+        rows.push(Row::new(
+            format!("model check, scope `{}` ({search})", m.scope),
+            format!(
+                "{} unique states in {} s ({} states/s)",
+                count(m.unique_states),
+                secs1(m.seconds),
+                rate(m.states_per_s)
+            ),
+            DASH,
+            DASH,
+        ));
+    }
+}
+
+fn notes(results: &Results) -> Vec<String> {
+    let mut notes = vec![
+        "ratio = matrix-channel ÷ baseline: below 1 is better for times and memory, above 1 for throughput.".to_owned(),
+    ];
+    if let Some(p) = results
+        .channel
+        .as_ref()
+        .and_then(|c| c.push_latency.as_ref())
+    {
+        notes.push(format!(
+            "Push latency: {} messages, from the human's send returning to the MCP notification arriving; the raw /sync client long-polls the same account's sync and sees the same messages.",
+            count(p.samples)
+        ));
+    }
+    if let Some(h) = results.core.as_ref().and_then(|c| c.handle.as_ref()) {
+        notes.push(format!(
+            "Core `handle` workload: {}; baseline: {}.",
+            h.workload, h.baseline
+        ));
+    }
+    let missing = results.missing();
+    if !missing.is_empty() {
+        notes.push(format!(
+            "**Missing** (a partial run): {}.",
+            missing.join("; ")
+        ));
+    }
+    if results.core.is_none() {
+        notes.push(format!(
+            "Without {CORE_FILE}: run `cargo bench -p matrix-channel-bench --bench core`."
+        ));
+    }
+    notes
+}
+
+/// Escapes what would break a table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// `x` formatted by `f`, or `—` when the benchmark could not compute it (NaN, infinite).
+fn or_dash(x: f64, f: impl FnOnce(f64) -> String) -> String {
+    if x.is_finite() {
+        f(x)
+    } else {
+        DASH.to_owned()
+    }
+}
+
+fn ms(x: f64) -> String {
+    or_dash(x, |x| format!("{x:.1}"))
+}
+
+fn secs(x: f64) -> String {
+    or_dash(x, |x| format!("{x:.2}"))
+}
+
+fn secs1(x: f64) -> String {
+    or_dash(x, |x| format!("{x:.1}"))
+}
+
+fn times(x: f64) -> String {
+    or_dash(x, |x| format!("{x:.2}"))
+}
+
+fn mib(kib: f64) -> String {
+    or_dash(kib, |kib| format!("{:.1}", kib / 1024.0))
+}
+
+fn triple(s: &Summary) -> String {
+    format!("{} / {} / {}", ms(s.p50), ms(s.p90), ms(s.p99))
+}
+
+/// Nanoseconds: whole above 100, else one decimal.
+fn ns(x: f64) -> String {
+    if !x.is_finite() {
+        DASH.to_owned()
+    } else if x >= 100.0 {
+        count(x.round() as u64)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// A count with thousands separators: `1234567` → `1,234,567`.
+pub(crate) fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A rate to three significant digits with k or M: `1230769` → `1.23 M`,
+/// `476190` → `476 k`, `28453` → `28.5 k`, `812` → `812`.
+pub(crate) fn rate(x: f64) -> String {
+    if !x.is_finite() {
+        return DASH.to_owned();
+    }
+    let (value, unit) = if x >= 999_500.0 {
+        (x / 1e6, " M")
+    } else if x >= 999.5 {
+        (x / 1e3, " k")
+    } else {
+        (x, "")
+    };
+    let decimals = if value >= 99.95 {
+        0
+    } else if value >= 9.995 {
+        1
+    } else {
+        2
+    };
+    let decimals = if unit.is_empty() {
+        decimals.min(1)
+    } else {
+        decimals
+    };
+    format!("{value:.decimals$}{unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_get_thousands_separators() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(278_842), "278,842");
+        assert_eq!(count(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn rates_keep_three_significant_digits_with_k_or_m() {
+        assert_eq!(rate(1_230_769.0), "1.23 M");
+        assert_eq!(rate(12_345_678.0), "12.3 M");
+        assert_eq!(rate(476_190.0), "476 k");
+        assert_eq!(rate(28_453.0), "28.5 k");
+        assert_eq!(rate(1_500.0), "1.50 k");
+        assert_eq!(rate(999_700.0), "1.00 M");
+        assert_eq!(rate(812.0), "812");
+        assert_eq!(rate(8.3), "8.3");
+    }
+
+    #[test]
+    fn nanoseconds_are_whole_from_a_hundred() {
+        assert_eq!(ns(2100.0), "2,100");
+        assert_eq!(ns(812.5), "813");
+        assert_eq!(ns(42.25), "42.2");
+    }
+
+    #[test]
+    fn numbers_the_benchmark_could_not_compute_show_as_a_dash() {
+        for f in [ms, secs, secs1, times, mib, ns, rate] {
+            assert_eq!(f(f64::NAN), "—");
+            assert_eq!(f(f64::INFINITY), "—");
+        }
+        assert_eq!(ms(-0.3), "-0.3");
+    }
+
+    #[test]
+    fn a_pipe_in_a_cell_is_escaped() {
+        assert_eq!(cell("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn kib_render_as_mib_to_one_decimal() {
+        assert_eq!(mib(30_000.0), "29.3");
+        assert_eq!(mib(1024.0), "1.0");
+    }
+}
