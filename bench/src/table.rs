@@ -232,7 +232,7 @@ fn notes(results: &Results) -> Vec<String> {
         .and_then(|c| c.push_latency.as_ref())
     {
         notes.push(format!(
-            "Push latency: {} messages, from the human's send returning to the MCP notification arriving; the raw /sync client long-polls the same account's sync and sees the same messages.",
+            "Push latency: {} messages, from the human's send returning to the MCP notification arriving; the baseline is a raw /sync long-poll client receiving the same messages.",
             count(p.samples)
         ));
     }
