@@ -307,6 +307,12 @@ impl Server {
         self.addr = Some(addr);
     }
 
+    /// The process id of the running `serve` (its resident memory is read from
+    /// `/proc/PID/status` by the benchmark).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr.expect("the server has listened")

@@ -1,0 +1,591 @@
+//! The end-to-end benchmark: how close matrix-channel comes to the homeserver's own
+//! delivery. A real Synapse on loopback (`scripts/homeserver/start`, through the e2e
+//! harness), the real `matrix-channel` binary (built by `cargo bench` in the bench
+//! profile), rmcp's Streamable HTTP client as the Claude Code session, and a raw
+//! `/sync` long-poll client as the baseline, measured in the same run:
+//!
+//! 1. **Push latency** (ms): the human's `PUT /send` returned → the session received the
+//!    `notifications/claude/channel`; the same messages as the raw client saw them.
+//!    A receive can come before the send's answer (Synapse wakes `/sync` before it
+//!    answers the `PUT`), so a sample can be slightly negative.
+//! 2. **Burst** (s): `MC_BENCH_BURST` (default 2,000) messages sent one after another
+//!    as fast as Synapse accepts them; time from the first send to the session (and
+//!    the raw client) holding all of them; loss, duplicates and order are counted.
+//! 3. **Prompt round trip** (ms): `permission_request` sent → the prompt visible in the
+//!    human's `/sync` → `yes <id>` sent → the verdict received; against the raw client's
+//!    two hops (ping → the human sees it → pong → the raw client sees it), which are the
+//!    homeserver's share. Added = round trip − the adjacent two hops.
+//! 4. **Memory** (KiB, `VmRSS` of `/proc/PID/status`): idle with one identity, and with
+//!    10 identities and 100 attached sessions.
+//!
+//! Writes `$MC_BENCH_OUT/channel.json` (default `target/bench/` in the repository; the
+//! schema is `mc_bench::ChannelResults`). `MC_BENCH_QUICK=1` runs a few rounds of each,
+//! to prove the benchmark still works (CI); its numbers mean nothing. No timing is
+//! asserted; loss, duplicates or reordering in the burst make the run fail after the
+//! results are written.
+//!
+//! Run it with `scripts/bench` (README, "Benchmarks").
+
+#[allow(dead_code)]
+#[path = "../../tests/e2e/harness/mod.rs"]
+mod harness;
+
+mod client;
+mod raw;
+
+use anyhow::{bail, Context};
+use client::Arrival;
+use harness::homeserver::{homeserver, register};
+use harness::human::Human;
+use harness::server::{Identity, Server, ServerConfig};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// How many rounds and messages each part runs.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    quick: bool,
+    /// Push-latency rounds (after `warmup` unmeasured ones).
+    push_rounds: usize,
+    warmup: usize,
+    burst: usize,
+    prompt_rounds: usize,
+    identities: usize,
+    sessions: usize,
+}
+
+impl Plan {
+    fn from_env() -> Plan {
+        let quick = std::env::var("MC_BENCH_QUICK").is_ok_and(|v| v == "1");
+        let burst = std::env::var("MC_BENCH_BURST")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        if quick {
+            Plan {
+                quick,
+                push_rounds: 5,
+                warmup: 1,
+                burst: burst.unwrap_or(20),
+                prompt_rounds: 2,
+                identities: 2,
+                sessions: 4,
+            }
+        } else {
+            Plan {
+                quick,
+                push_rounds: 200,
+                warmup: 5,
+                burst: burst.unwrap_or(2000),
+                prompt_rounds: 20,
+                identities: 10,
+                sessions: 100,
+            }
+        }
+    }
+}
+
+/// How long any single expected arrival may take before the run fails.
+const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn main() -> anyhow::Result<()> {
+    // `cargo bench` passes `--bench`; there are no other arguments.
+    let plan = Plan::from_env();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(plan))
+}
+
+async fn run(plan: Plan) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let out_dir = match std::env::var_os("MC_BENCH_OUT") {
+        Some(dir) => PathBuf::from(dir),
+        None => harness::repo_root().join("target/bench"),
+    };
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("creating {}", out_dir.display()))?;
+    let hs = homeserver().await;
+    eprintln!("bench: homeserver {} ({plan:?})", hs.url);
+
+    // The cast: Ann (the human, allowed and approver), a raw observer, the bot.
+    let ann = Arc::new(Human::register("bench_ann").await);
+    let raw_user = Arc::new(Human::register("bench_raw").await);
+    let bot = register("bench_bot").await;
+    let room = ann.create_room(&[&raw_user.user_id, &bot.user_id]).await;
+    raw_user.join(&room).await;
+
+    let mut identity = Identity::new("bot", &bot, &[&ann.user_id]);
+    identity.permission_room = Some(room.clone());
+    let server = Server::start(ServerConfig {
+        identities: vec![identity],
+        ..ServerConfig::default()
+    })
+    .await;
+    ann.wait_joined(&room, &bot.user_id).await;
+
+    // 4a. Idle, one identity, no session yet.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_kib = rss_kib(server.pid().context("serve is running")?)?;
+    eprintln!("bench: idle with one identity: {idle_kib} KiB");
+
+    let (session, mut arrivals) =
+        client::connect(&server.url("/channel"), server.token("bot")).await?;
+    let mut raw = raw::spawn(raw_user.clone(), room.clone()).await;
+    let mut ann_sync = raw::spawn(ann.clone(), room.clone()).await;
+    let nonce = harness::random_suffix();
+
+    // 1. Push latency, every message seen by both clients.
+    let mut channel_ms = Vec::new();
+    let mut raw_ms = Vec::new();
+    for i in 0..plan.warmup + plan.push_rounds {
+        let marker = format!("push-{nonce}-{i}");
+        ann.send_text(&room, &marker).await;
+        let sent = Instant::now();
+        let ours = wait_channel(&mut arrivals, |a| {
+            a.method == "notifications/claude/channel" && content_has(a, &marker)
+        })
+        .await
+        .with_context(|| format!("the push of {marker}"))?;
+        let theirs = wait_raw(&mut raw.rx, |s| s.body == marker)
+            .await
+            .with_context(|| format!("the raw client's {marker}"))?;
+        if i >= plan.warmup {
+            channel_ms.push(ms_between(sent, ours.at));
+            raw_ms.push(ms_between(sent, theirs.at));
+        }
+        // Both long polls are re-armed before the next send.
+        tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30)).await;
+    }
+    drain(&mut ann_sync.rx);
+    eprintln!("bench: push latency done ({} samples)", channel_ms.len());
+
+    // 2. The burst.
+    let burst = run_burst(&plan, &nonce, &ann, &room, &mut arrivals, &mut raw).await?;
+    drain(&mut ann_sync.rx);
+    eprintln!("bench: burst done: {burst}");
+
+    // 3. Prompt round trips, each next to the homeserver's own two hops.
+    let mut total_ms = Vec::new();
+    let mut hops_ms = Vec::new();
+    for i in 0..plan.prompt_rounds {
+        let request_id = request_id(i);
+        let start = Instant::now();
+        client::permission_request(&session, &request_id).await?;
+        let bot_id = bot.user_id.clone();
+        wait_raw(&mut ann_sync.rx, |s| {
+            s.sender == bot_id && s.body.contains(&request_id)
+        })
+        .await
+        .with_context(|| format!("the prompt of {request_id}"))?;
+        ann.send_text(&room, &format!("yes {request_id}")).await;
+        let verdict = wait_channel(&mut arrivals, |a| {
+            a.method == "notifications/claude/channel/permission"
+                && a.params["request_id"] == request_id.as_str()
+        })
+        .await
+        .with_context(|| format!("the verdict of {request_id}"))?;
+        if verdict.params["behavior"] != "allow" {
+            bail!("the verdict of {request_id} is {}", verdict.params);
+        }
+        total_ms.push(ms_between(start, verdict.at));
+        // The prompt's outcome edit follows the verdict; Synapse persists a room's
+        // events one at a time, so the baseline waits until it is through.
+        let bot_id = bot.user_id.clone();
+        wait_raw(&mut ann_sync.rx, |s| {
+            s.sender == bot_id && s.body.contains(&request_id)
+        })
+        .await
+        .with_context(|| format!("the outcome edit of {request_id}"))?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let ping = format!("ping-{nonce}-{i}");
+        let pong = format!("pong-{nonce}-{i}");
+        let start = Instant::now();
+        raw_user.send_text(&room, &ping).await;
+        wait_raw(&mut ann_sync.rx, |s| s.body == ping).await?;
+        ann.send_text(&room, &pong).await;
+        let back = wait_raw(&mut raw.rx, |s| s.body == pong).await?;
+        hops_ms.push(ms_between(start, back.at));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let added_ms: Vec<f64> = total_ms.iter().zip(&hops_ms).map(|(t, h)| t - h).collect();
+    eprintln!("bench: prompt round trips done");
+
+    drop(session);
+    drop(server);
+
+    // 4b. Many identities and sessions.
+    let (many_kib, identities, sessions) = many(&plan).await?;
+    eprintln!("bench: {identities} identities and {sessions} sessions: {many_kib} KiB");
+
+    let results = json!({
+        "quick": plan.quick,
+        "machine": machine(&hs.url).await,
+        "push_latency": {
+            "samples": channel_ms.len(),
+            "channel_ms": channel_ms,
+            "raw_sync_ms": raw_ms,
+            "channel": summary(&channel_ms),
+            "raw_sync": summary(&raw_ms),
+            "ratio": ratios(&channel_ms, &raw_ms),
+        },
+        "burst": burst.to_json(),
+        "prompt_round_trip": {
+            "rounds": total_ms.len(),
+            "total_ms": summary(&total_ms),
+            "homeserver_hops_ms": summary(&hops_ms),
+            "added_ms": summary(&added_ms),
+        },
+        "memory": {
+            "idle_one_identity_kib": idle_kib,
+            "ten_identities_100_sessions_kib": many_kib,
+            "identities": identities,
+            "sessions": sessions,
+            "ratio": many_kib as f64 / idle_kib as f64,
+        },
+        "raw_sync_gaps_filled": raw.gaps.load(std::sync::atomic::Ordering::Relaxed),
+        "wall_s": started.elapsed().as_secs_f64(),
+    });
+    let path = out_dir.join("channel.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "bench: wrote {} in {:.0} s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    burst.verdict()
+}
+
+/// What one side of the burst received.
+#[derive(Debug, Default)]
+struct Received {
+    /// Indices in arrival order.
+    order: Vec<usize>,
+    distinct: HashSet<usize>,
+    /// When the last new index arrived.
+    last: Option<Instant>,
+}
+
+impl Received {
+    fn push(&mut self, index: usize, at: Instant) {
+        if self.distinct.insert(index) {
+            self.last = Some(at);
+        }
+        self.order.push(index);
+    }
+
+    fn distinct(&self) -> usize {
+        self.distinct.len()
+    }
+
+    fn counts(&self, sent: usize) -> Value {
+        let distinct = self.distinct();
+        let out_of_order = self.order.windows(2).filter(|w| w[1] < w[0]).count();
+        json!({
+            "received": self.order.len(),
+            "missing": sent - distinct,
+            "duplicates": self.order.len() - distinct,
+            "out_of_order": out_of_order,
+        })
+    }
+}
+
+struct Burst {
+    messages: usize,
+    send_s: f64,
+    channel_s: f64,
+    raw_s: f64,
+    channel: Received,
+    raw: Received,
+}
+
+impl std::fmt::Display for Burst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} messages sent in {:.2} s; the session had them all after {:.2} s, the raw client after {:.2} s",
+            self.messages, self.send_s, self.channel_s, self.raw_s
+        )
+    }
+}
+
+impl Burst {
+    fn to_json(&self) -> Value {
+        json!({
+            "messages": self.messages,
+            "send_s": self.send_s,
+            "channel_s": self.channel_s,
+            "raw_sync_s": self.raw_s,
+            "ratio": self.channel_s / self.raw_s,
+            "channel": self.channel.counts(self.messages),
+            "raw_sync": self.raw.counts(self.messages),
+        })
+    }
+
+    /// Fails the run on any loss, duplicate or reordering, on either side.
+    fn verdict(&self) -> anyhow::Result<()> {
+        for (who, side) in [("the session", &self.channel), ("the raw client", &self.raw)] {
+            let counts = side.counts(self.messages);
+            if counts["missing"] != 0 || counts["duplicates"] != 0 || counts["out_of_order"] != 0
+            {
+                bail!("burst: {who} did not get every message exactly once in order: {counts}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sends the burst one message after another while both clients collect it.
+async fn run_burst(
+    plan: &Plan,
+    nonce: &str,
+    ann: &Arc<Human>,
+    room: &str,
+    arrivals: &mut UnboundedReceiver<Arrival>,
+    raw: &mut raw::RawSync,
+) -> anyhow::Result<Burst> {
+    let n = plan.burst;
+    let prefix = format!("burst-{nonce}-");
+    let start = Instant::now();
+    let sender = {
+        let ann = ann.clone();
+        let room = room.to_owned();
+        let prefix = prefix.clone();
+        tokio::spawn(async move {
+            for i in 0..n {
+                ann.send_text(&room, &format!("{prefix}{i}")).await;
+            }
+            start.elapsed()
+        })
+    };
+    let mut channel = Received::default();
+    let mut raw_seen = Received::default();
+    // Both sides are read as they come, so neither waits on the other's queue.
+    let deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT + Duration::from_millis(50 * n as u64);
+    while channel.distinct() < n || raw_seen.distinct() < n {
+        tokio::select! {
+            a = arrivals.recv() => {
+                let a = a.context("the MCP session ended")?;
+                if a.method != "notifications/claude/channel" {
+                    continue;
+                }
+                if let Some(i) = a.params["content"].as_str().and_then(|c| index_after(c, &prefix)) {
+                    channel.push(i, a.at);
+                }
+            }
+            s = raw.rx.recv() => {
+                let s = s.context("the raw client stopped")?;
+                if let Some(i) = index_after(&s.body, &prefix) {
+                    raw_seen.push(i, s.at);
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    let send = sender.await?;
+    let secs = |r: &Received| r.last.map_or(f64::NAN, |t| (t - start).as_secs_f64());
+    Ok(Burst {
+        messages: n,
+        send_s: send.as_secs_f64(),
+        channel_s: secs(&channel),
+        raw_s: secs(&raw_seen),
+        channel,
+        raw: raw_seen,
+    })
+}
+
+/// The number right after `prefix` in `text`.
+fn index_after(text: &str, prefix: &str) -> Option<usize> {
+    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Resident memory with `plan.identities` identities and `plan.sessions` attached
+/// sessions spread over them: (KiB, identities, sessions).
+async fn many(plan: &Plan) -> anyhow::Result<(u64, usize, usize)> {
+    let ann = register("bench_owner").await;
+    let mut identities = Vec::new();
+    for k in 0..plan.identities {
+        let bot = register("bench_many").await;
+        identities.push(Identity::new(&format!("bot{k}"), &bot, &[&ann.user_id]));
+    }
+    let server = Server::start(ServerConfig {
+        identities: identities.clone(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut sessions = Vec::new();
+    for s in 0..plan.sessions {
+        let identity = &identities[s % identities.len()].name;
+        let (session, rx) = client::connect(&server.url("/channel"), server.token(identity))
+            .await
+            .with_context(|| format!("session {s} of {identity}"))?;
+        sessions.push((session, rx));
+    }
+    // The GET streams open after `initialize`; give them time to attach and settle.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kib = rss_kib(server.pid().context("serve is running")?)?;
+    drop(sessions);
+    Ok((kib, identities.len(), plan.sessions))
+}
+
+/// `VmRSS` of `/proc/PID/status`, in KiB.
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in {path}"))
+}
+
+/// Waits for the first notification that `pred` accepts, skipping the others.
+async fn wait_channel(
+    rx: &mut UnboundedReceiver<Arrival>,
+    pred: impl Fn(&Arrival) -> bool,
+) -> anyhow::Result<Arrival> {
+    let deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(a)) if pred(&a) => return Ok(a),
+            Ok(Some(_)) => {}
+            Ok(None) => bail!("the MCP session ended"),
+            Err(_) => bail!("nothing within {ARRIVAL_TIMEOUT:?}"),
+        }
+    }
+}
+
+/// Waits for the first raw event that `pred` accepts, skipping the others.
+async fn wait_raw(
+    rx: &mut UnboundedReceiver<raw::Seen>,
+    pred: impl Fn(&raw::Seen) -> bool,
+) -> anyhow::Result<raw::Seen> {
+    let deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(s)) if pred(&s) => return Ok(s),
+            Ok(Some(_)) => {}
+            Ok(None) => bail!("the raw client stopped"),
+            Err(_) => bail!("nothing within {ARRIVAL_TIMEOUT:?}"),
+        }
+    }
+}
+
+fn drain<T>(rx: &mut UnboundedReceiver<T>) {
+    while rx.try_recv().is_ok() {}
+}
+
+fn content_has(a: &Arrival, text: &str) -> bool {
+    a.params["content"].as_str().is_some_and(|c| c.contains(text))
+}
+
+/// Milliseconds from `a` to `b`, negative when `b` came first.
+fn ms_between(a: Instant, b: Instant) -> f64 {
+    if b >= a {
+        (b - a).as_secs_f64() * 1e3
+    } else {
+        -((a - b).as_secs_f64() * 1e3)
+    }
+}
+
+/// A permission request id as Claude Code makes them: five letters from a–z without
+/// `l` (the channels reference), distinct per round.
+fn request_id(round: usize) -> String {
+    const LETTERS: &[u8] = b"abcdefghijkmnopqrstuvwxyz";
+    let mut n = round + rand::random::<u32>() as usize % 1_000_000 * 1000;
+    (0..5)
+        .map(|_| {
+            let c = LETTERS[n % LETTERS.len()] as char;
+            n /= LETTERS.len();
+            c
+        })
+        .collect()
+}
+
+/// Nearest-rank percentile of `sorted` (ascending), `q` in 0..=1.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(samples: &[f64]) -> Value {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mean = sorted.iter().sum::<f64>() / sorted.len().max(1) as f64;
+    json!({
+        "p50": percentile(&sorted, 0.50),
+        "p90": percentile(&sorted, 0.90),
+        "p99": percentile(&sorted, 0.99),
+        "mean": mean,
+    })
+}
+
+fn ratios(ours: &[f64], baseline: &[f64]) -> Value {
+    let (a, b) = (summary(ours), summary(baseline));
+    let r = |k: &str| a[k].as_f64().unwrap_or(f64::NAN) / b[k].as_f64().unwrap_or(f64::NAN);
+    json!({"p50": r("p50"), "p90": r("p90"), "p99": r("p99")})
+}
+
+/// The machine and versions the numbers were taken on.
+async fn machine(hs_url: &str) -> Value {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown".to_owned(), |(_, v)| v.trim().to_owned());
+    let meminfo = read("/proc/meminfo");
+    let mem_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map_or("unknown".to_owned(), |v| v.trim_matches('"').to_owned());
+    let command = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .current_dir(harness::repo_root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map_or("unknown".to_owned(), |o| {
+                String::from_utf8_lossy(&o.stdout).trim().to_owned()
+            })
+    };
+    let synapse = reqwest::get(format!("{hs_url}/_synapse/admin/v1/server_version"))
+        .await
+        .ok();
+    let synapse = match synapse {
+        Some(resp) => resp
+            .json::<Value>()
+            .await
+            .ok()
+            .and_then(|v| v["server_version"].as_str().map(str::to_owned)),
+        None => None,
+    };
+    json!({
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "memory_gib": mem_kib / (1024.0 * 1024.0),
+        "os": os,
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "rustc": command("rustc", &["--version"]),
+        "synapse": synapse.unwrap_or_else(|| "unknown".to_owned()),
+        "commit": command("git", &["rev-parse", "--short", "HEAD"]),
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "date": command("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+    })
+}
