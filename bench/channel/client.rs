@@ -2,6 +2,13 @@
 //! reqwest`), the same transport Claude Code speaks to `/channel`. Every server
 //! notification is timestamped (`Instant::now()`) when rmcp hands it to the handler,
 //! that is after the SSE event is read and parsed, as any client would have to.
+//!
+//! rmcp's service loop runs each notification handler in a task of its own
+//! (`spawn_service_task`), so on a multi-thread runtime two notifications that arrive
+//! together can reach the handler swapped (the burst saw 5 of 2,000 swapped). The
+//! clients therefore live on a current-thread runtime of their own ([`Clients`]),
+//! whose run queue is first in, first out: the handler sees the stream's order, and
+//! nothing else runs on that thread to delay a timestamp.
 
 use rmcp::model::{ClientNotification, CustomNotification};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
@@ -46,17 +53,45 @@ impl ClientHandler for Arrivals {
 /// A connected MCP session.
 pub type Session = RunningService<RoleClient, Arrivals>;
 
-/// Initializes an MCP session at `url` (for instance `http://127.0.0.1:8700/channel`)
-/// with `token` as the bearer token; rmcp opens the session's GET stream on its own.
-pub async fn connect(
-    url: &str,
-    token: &str,
-) -> anyhow::Result<(Session, mpsc::UnboundedReceiver<Arrival>)> {
-    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token);
-    let transport = StreamableHttpClientTransport::from_config(config);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let session = Arrivals { tx }.serve(transport).await?;
-    Ok((session, rx))
+/// A thread running a current-thread tokio runtime that holds every MCP client.
+pub struct Clients {
+    handle: tokio::runtime::Handle,
+}
+
+impl Clients {
+    /// Starts the thread and its runtime (it lives until the process ends).
+    pub fn start() -> std::io::Result<Clients> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("mcp-clients".to_owned())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+        Ok(Clients { handle })
+    }
+
+    /// Initializes an MCP session at `url` (for instance
+    /// `http://127.0.0.1:8700/channel`) with `token` as the bearer token; rmcp opens
+    /// the session's GET stream on its own. The session runs on the clients' thread;
+    /// it can be used (and dropped) from any runtime.
+    pub async fn connect(
+        &self,
+        url: &str,
+        token: &str,
+    ) -> anyhow::Result<(Session, mpsc::UnboundedReceiver<Arrival>)> {
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let session = self
+            .handle
+            .spawn(async move {
+                let transport = StreamableHttpClientTransport::from_config(config);
+                Arrivals { tx }.serve(transport).await
+            })
+            .await??;
+        Ok((session, rx))
+    }
 }
 
 /// Sends `notifications/claude/channel/permission_request` as Claude Code does

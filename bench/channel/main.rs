@@ -8,9 +8,10 @@
 //!    `notifications/claude/channel`; the same messages as the raw client saw them.
 //!    A receive can come before the send's answer (Synapse wakes `/sync` before it
 //!    answers the `PUT`), so a sample can be slightly negative.
-//! 2. **Burst** (s): `MC_BENCH_BURST` (default 2,000) messages sent one after another
-//!    as fast as Synapse accepts them; time from the first send to the session (and
-//!    the raw client) holding all of them; loss, duplicates and order are counted.
+//! 2. **Burst** (s): `MC_BENCH_BURST` (default 2,000) messages sent as fast as Synapse
+//!    accepts them (8 sends in flight); time from the first send to the session (and
+//!    the raw client) holding all of them; loss, duplicates and order (against the
+//!    room's timeline, read back afterwards) are counted.
 //! 3. **Prompt round trip** (ms): `permission_request` sent → the prompt visible in the
 //!    human's `/sync` → `yes <id>` sent → the verdict received; against the raw client's
 //!    two hops (ping → the human sees it → pong → the raw client sees it), which are the
@@ -19,7 +20,7 @@
 //!    10 identities and 100 attached sessions.
 //!
 //! Writes `$MC_BENCH_OUT/channel.json` (default `target/bench/` in the repository; the
-//! schema is `mc_bench::ChannelResults`). `MC_BENCH_QUICK=1` runs a few rounds of each,
+//! schema is `mc_bench::Channel`). `MC_BENCH_QUICK=1` runs a few rounds of each,
 //! to prove the benchmark still works (CI); its numbers mean nothing. No timing is
 //! asserted; loss, duplicates or reordering in the burst make the run fail after the
 //! results are written.
@@ -35,11 +36,13 @@ mod raw;
 
 use anyhow::{bail, Context};
 use client::Arrival;
+use futures::StreamExt;
 use harness::homeserver::{homeserver, register};
 use harness::human::Human;
 use harness::server::{Identity, Server, ServerConfig};
-use serde_json::{json, Value};
-use std::collections::HashSet;
+use mc_bench::stats::{ratios, summary, Tally};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,6 +91,10 @@ impl Plan {
     }
 }
 
+/// Sends in flight during the burst: "as fast as the homeserver accepts them" (one
+/// at a time, Synapse with SQLite takes about 15 messages a second here).
+const BURST_CONCURRENCY: usize = 8;
+
 /// How long any single expected arrival may take before the run fails.
 const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -106,8 +113,7 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         Some(dir) => PathBuf::from(dir),
         None => harness::repo_root().join("target/bench"),
     };
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("creating {}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let hs = homeserver().await;
     eprintln!("bench: homeserver {} ({plan:?})", hs.url);
 
@@ -132,8 +138,10 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
     let idle_kib = rss_kib(server.pid().context("serve is running")?)?;
     eprintln!("bench: idle with one identity: {idle_kib} KiB");
 
-    let (session, mut arrivals) =
-        client::connect(&server.url("/channel"), server.token("bot")).await?;
+    let clients = client::Clients::start()?;
+    let (session, mut arrivals) = clients
+        .connect(&server.url("/channel"), server.token("bot"))
+        .await?;
     let mut raw = raw::spawn(raw_user.clone(), room.clone()).await;
     let mut ann_sync = raw::spawn(ann.clone(), room.clone()).await;
     let nonce = harness::random_suffix();
@@ -219,37 +227,38 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
     drop(server);
 
     // 4b. Many identities and sessions.
-    let (many_kib, identities, sessions) = many(&plan).await?;
+    let (many_kib, identities, sessions) = many(&plan, &clients).await?;
     eprintln!("bench: {identities} identities and {sessions} sessions: {many_kib} KiB");
 
-    let results = json!({
-        "quick": plan.quick,
-        "machine": machine(&hs.url).await,
-        "push_latency": {
-            "samples": channel_ms.len(),
-            "channel_ms": channel_ms,
-            "raw_sync_ms": raw_ms,
-            "channel": summary(&channel_ms),
-            "raw_sync": summary(&raw_ms),
-            "ratio": ratios(&channel_ms, &raw_ms),
-        },
-        "burst": burst.to_json(),
-        "prompt_round_trip": {
-            "rounds": total_ms.len(),
-            "total_ms": summary(&total_ms),
-            "homeserver_hops_ms": summary(&hops_ms),
-            "added_ms": summary(&added_ms),
-        },
-        "memory": {
-            "idle_one_identity_kib": idle_kib,
-            "ten_identities_100_sessions_kib": many_kib,
-            "identities": identities,
-            "sessions": sessions,
-            "ratio": many_kib as f64 / idle_kib as f64,
-        },
-        "raw_sync_gaps_filled": raw.gaps.load(std::sync::atomic::Ordering::Relaxed),
-        "wall_s": started.elapsed().as_secs_f64(),
-    });
+    let channel = summary(&channel_ms);
+    let raw_sync = summary(&raw_ms);
+    let results = mc_bench::Channel {
+        quick: plan.quick,
+        machine: Some(machine(&hs.url).await),
+        push_latency: Some(mc_bench::PushLatency {
+            samples: channel_ms.len() as u64,
+            ratio: ratios(&channel, &raw_sync),
+            channel,
+            raw_sync,
+            channel_ms,
+            raw_sync_ms: raw_ms,
+        }),
+        burst: Some(burst.to_results(raw.gaps.load(std::sync::atomic::Ordering::Relaxed))),
+        prompt_round_trip: Some(mc_bench::PromptRoundTrip {
+            rounds: total_ms.len() as u64,
+            total_ms: summary(&total_ms),
+            homeserver_hops_ms: summary(&hops_ms),
+            added_ms: summary(&added_ms),
+        }),
+        memory: Some(mc_bench::Memory {
+            idle_one_identity_kib: idle_kib as f64,
+            ten_identities_100_sessions_kib: many_kib as f64,
+            identities: identities as u64,
+            sessions: sessions as u64,
+            ratio: many_kib as f64 / idle_kib as f64,
+        }),
+        wall_s: Some(started.elapsed().as_secs_f64()),
+    };
     let path = out_dir.join("channel.json");
     std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -261,42 +270,42 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
     burst.verdict()
 }
 
-/// What one side of the burst received.
+/// What one side of the burst received, and when the last new message came.
 #[derive(Debug, Default)]
 struct Received {
-    /// Indices in arrival order.
+    /// Message numbers (in sending order) in arrival order.
     order: Vec<usize>,
-    distinct: HashSet<usize>,
-    /// When the last new index arrived.
+    seen: HashSet<usize>,
     last: Option<Instant>,
 }
 
 impl Received {
     fn push(&mut self, index: usize, at: Instant) {
-        if self.distinct.insert(index) {
+        if self.seen.insert(index) {
             self.last = Some(at);
         }
         self.order.push(index);
     }
 
     fn distinct(&self) -> usize {
-        self.distinct.len()
+        self.seen.len()
     }
 
-    fn counts(&self, sent: usize) -> Value {
-        let distinct = self.distinct();
-        let out_of_order = self.order.windows(2).filter(|w| w[1] < w[0]).count();
-        json!({
-            "received": self.order.len(),
-            "missing": sent - distinct,
-            "duplicates": self.order.len() - distinct,
-            "out_of_order": out_of_order,
-        })
+    /// The arrivals as positions in the room's timeline (the homeserver's order, which
+    /// concurrent sends do not fix in advance); a message not in it counts as missing.
+    fn tally(&self, timeline: &HashMap<usize, u64>) -> Tally {
+        let mut tally = Tally::default();
+        for i in &self.order {
+            tally.arrived(timeline.get(i).copied().unwrap_or(u64::MAX));
+        }
+        tally
     }
 }
 
 struct Burst {
     messages: usize,
+    /// Message number → its position in the room's timeline.
+    timeline: HashMap<usize, u64>,
     send_s: f64,
     channel_s: f64,
     raw_s: f64,
@@ -315,32 +324,48 @@ impl std::fmt::Display for Burst {
 }
 
 impl Burst {
-    fn to_json(&self) -> Value {
-        json!({
-            "messages": self.messages,
-            "send_s": self.send_s,
-            "channel_s": self.channel_s,
-            "raw_sync_s": self.raw_s,
-            "ratio": self.channel_s / self.raw_s,
-            "channel": self.channel.counts(self.messages),
-            "raw_sync": self.raw.counts(self.messages),
-        })
+    fn to_results(&self, raw_sync_gaps_filled: u64) -> mc_bench::Burst {
+        mc_bench::Burst {
+            messages: self.messages as u64,
+            send_s: self.send_s,
+            channel_s: self.channel_s,
+            raw_sync_s: self.raw_s,
+            ratio: self.channel_s / self.raw_s,
+            channel: self
+                .channel
+                .tally(&self.timeline)
+                .delivery(self.messages as u64),
+            raw_sync: self
+                .raw
+                .tally(&self.timeline)
+                .delivery(self.messages as u64),
+            raw_sync_gaps_filled,
+        }
     }
 
     /// Fails the run on any loss, duplicate or reordering, on either side.
     fn verdict(&self) -> anyhow::Result<()> {
-        for (who, side) in [("the session", &self.channel), ("the raw client", &self.raw)] {
-            let counts = side.counts(self.messages);
-            if counts["missing"] != 0 || counts["duplicates"] != 0 || counts["out_of_order"] != 0
-            {
-                bail!("burst: {who} did not get every message exactly once in order: {counts}");
+        for (who, side) in [
+            ("the session", &self.channel),
+            ("the raw client", &self.raw),
+        ] {
+            let d = side.tally(&self.timeline).delivery(self.messages as u64);
+            if self.timeline.len() != self.messages {
+                bail!(
+                    "burst: the room's timeline holds {} of the {} messages",
+                    self.timeline.len(),
+                    self.messages
+                );
+            }
+            if d.missing != 0 || d.duplicates != 0 || d.out_of_order != 0 {
+                bail!("burst: {who} did not get every message exactly once in order: {d:?}");
             }
         }
         Ok(())
     }
 }
 
-/// Sends the burst one message after another while both clients collect it.
+/// Sends the burst, 8 at a time, while both clients collect it.
 async fn run_burst(
     plan: &Plan,
     nonce: &str,
@@ -357,16 +382,22 @@ async fn run_burst(
         let room = room.to_owned();
         let prefix = prefix.clone();
         tokio::spawn(async move {
-            for i in 0..n {
-                ann.send_text(&room, &format!("{prefix}{i}")).await;
-            }
+            futures::stream::iter(0..n)
+                .map(|i| {
+                    let (ann, room, body) = (ann.clone(), room.clone(), format!("{prefix}{i}"));
+                    async move { ann.send_text(&room, &body).await }
+                })
+                .buffer_unordered(BURST_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await;
             start.elapsed()
         })
     };
     let mut channel = Received::default();
     let mut raw_seen = Received::default();
     // Both sides are read as they come, so neither waits on the other's queue.
-    let deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT + Duration::from_millis(50 * n as u64);
+    let deadline =
+        tokio::time::Instant::now() + ARRIVAL_TIMEOUT + Duration::from_millis(50 * n as u64);
     while channel.distinct() < n || raw_seen.distinct() < n {
         tokio::select! {
             a = arrivals.recv() => {
@@ -391,12 +422,47 @@ async fn run_burst(
     let secs = |r: &Received| r.last.map_or(f64::NAN, |t| (t - start).as_secs_f64());
     Ok(Burst {
         messages: n,
+        timeline: timeline_positions(ann, room, &prefix, n).await,
         send_s: send.as_secs_f64(),
         channel_s: secs(&channel),
         raw_s: secs(&raw_seen),
         channel,
         raw: raw_seen,
     })
+}
+
+/// Each burst message's position in the room's timeline (oldest first), read back
+/// with `GET /rooms/{room}/messages` from the newest event.
+async fn timeline_positions(
+    ann: &Human,
+    room: &str,
+    prefix: &str,
+    n: usize,
+) -> HashMap<usize, u64> {
+    let mut newest_first = Vec::new();
+    let mut from: Option<String> = None;
+    while newest_first.len() < n {
+        let page = ann.messages(room, "b", 100, from.as_deref()).await;
+        let chunk = page["chunk"].as_array().cloned().unwrap_or_default();
+        for e in &chunk {
+            if let Some(i) = e["content"]["body"]
+                .as_str()
+                .and_then(|b| index_after(b, prefix))
+            {
+                newest_first.push(i);
+            }
+        }
+        match page["end"].as_str() {
+            Some(end) if !chunk.is_empty() => from = Some(end.to_owned()),
+            _ => break,
+        }
+    }
+    newest_first
+        .into_iter()
+        .rev()
+        .enumerate()
+        .map(|(pos, i)| (i, pos as u64))
+        .collect()
 }
 
 /// The number right after `prefix` in `text`.
@@ -408,7 +474,7 @@ fn index_after(text: &str, prefix: &str) -> Option<usize> {
 
 /// Resident memory with `plan.identities` identities and `plan.sessions` attached
 /// sessions spread over them: (KiB, identities, sessions).
-async fn many(plan: &Plan) -> anyhow::Result<(u64, usize, usize)> {
+async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, usize, usize)> {
     let ann = register("bench_owner").await;
     let mut identities = Vec::new();
     for k in 0..plan.identities {
@@ -423,7 +489,8 @@ async fn many(plan: &Plan) -> anyhow::Result<(u64, usize, usize)> {
     let mut sessions = Vec::new();
     for s in 0..plan.sessions {
         let identity = &identities[s % identities.len()].name;
-        let (session, rx) = client::connect(&server.url("/channel"), server.token(identity))
+        let (session, rx) = clients
+            .connect(&server.url("/channel"), server.token(identity))
             .await
             .with_context(|| format!("session {s} of {identity}"))?;
         sessions.push((session, rx));
@@ -482,7 +549,9 @@ fn drain<T>(rx: &mut UnboundedReceiver<T>) {
 }
 
 fn content_has(a: &Arrival, text: &str) -> bool {
-    a.params["content"].as_str().is_some_and(|c| c.contains(text))
+    a.params["content"]
+        .as_str()
+        .is_some_and(|c| c.contains(text))
 }
 
 /// Milliseconds from `a` to `b`, negative when `b` came first.
@@ -508,35 +577,8 @@ fn request_id(round: usize) -> String {
         .collect()
 }
 
-/// Nearest-rank percentile of `sorted` (ascending), `q` in 0..=1.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn summary(samples: &[f64]) -> Value {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mean = sorted.iter().sum::<f64>() / sorted.len().max(1) as f64;
-    json!({
-        "p50": percentile(&sorted, 0.50),
-        "p90": percentile(&sorted, 0.90),
-        "p99": percentile(&sorted, 0.99),
-        "mean": mean,
-    })
-}
-
-fn ratios(ours: &[f64], baseline: &[f64]) -> Value {
-    let (a, b) = (summary(ours), summary(baseline));
-    let r = |k: &str| a[k].as_f64().unwrap_or(f64::NAN) / b[k].as_f64().unwrap_or(f64::NAN);
-    json!({"p50": r("p50"), "p90": r("p90"), "p99": r("p99")})
-}
-
 /// The machine and versions the numbers were taken on.
-async fn machine(hs_url: &str) -> Value {
+async fn machine(hs_url: &str) -> mc_bench::Machine {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
     let cpu = cpuinfo
@@ -576,16 +618,21 @@ async fn machine(hs_url: &str) -> Value {
             .and_then(|v| v["server_version"].as_str().map(str::to_owned)),
         None => None,
     };
-    json!({
-        "cpu": cpu,
-        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "memory_gib": mem_kib / (1024.0 * 1024.0),
-        "os": os,
-        "kernel": read("/proc/sys/kernel/osrelease").trim(),
-        "rustc": command("rustc", &["--version"]),
-        "synapse": synapse.unwrap_or_else(|| "unknown".to_owned()),
-        "commit": command("git", &["rev-parse", "--short", "HEAD"]),
-        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
-        "date": command("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-    })
+    mc_bench::Machine {
+        cpu,
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
+        memory_gib: mem_kib / (1024.0 * 1024.0),
+        os,
+        kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
+        rustc: command("rustc", &["--version"]),
+        synapse: synapse.unwrap_or_else(|| "unknown".to_owned()),
+        commit: command("git", &["rev-parse", "--short", "HEAD"]),
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_owned(),
+        date: command("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+    }
 }

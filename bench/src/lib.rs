@@ -38,6 +38,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 mod histogram;
 mod readme;
+pub mod stats;
 mod table;
 
 pub use histogram::{histogram_svg, shared_bins, Bins, CHANNEL_COLOR, RAW_SYNC_COLOR};
@@ -186,6 +187,9 @@ pub struct Channel {
     pub prompt_round_trip: Option<PromptRoundTrip>,
     /// Resident memory of the server.
     pub memory: Option<Memory>,
+    /// Seconds the whole end-to-end run took (absent in older files).
+    #[serde(default)]
+    pub wall_s: Option<f64>,
 }
 
 /// `channel.json` `machine`: where the benchmark ran.
@@ -287,6 +291,10 @@ pub struct Burst {
     pub channel: Delivery,
     /// What the raw `/sync` client saw.
     pub raw_sync: Delivery,
+    /// `limited` timelines the raw client filled from `/messages` during the run (0
+    /// when absent).
+    #[serde(default)]
+    pub raw_sync_gaps_filled: u64,
 }
 
 /// How a burst arrived at one receiver. Counts of messages.
