@@ -309,6 +309,7 @@ impl Server {
 
     /// The process id of the running `serve` (its resident memory is read from
     /// `/proc/PID/status` by the benchmark).
+    #[allow(dead_code, reason = "only the benchmark (bench/channel/) reads it")]
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
     }
