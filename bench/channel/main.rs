@@ -5,19 +5,24 @@
 //! `/sync` long-poll client as the baseline, measured in the same run:
 //!
 //! 1. **Push latency** (ms): the human's `PUT /send` returned → the session received the
-//!    `notifications/claude/channel`; the same messages as the raw client saw them.
+//!    `notifications/claude/channel`; the same messages as the raw client saw them
+//!    (200 after 5 unmeasured). Any other push meanwhile (a copy) fails the run.
 //!    A receive can come before the send's answer (Synapse wakes `/sync` before it
 //!    answers the `PUT`), so a sample can be slightly negative.
 //! 2. **Burst** (s): `MC_BENCH_BURST` (default 2,000) messages sent as fast as Synapse
 //!    accepts them (8 sends in flight); time from the first send to the session (and
-//!    the raw client) holding all of them; loss, duplicates and order (against the
-//!    room's timeline, read back afterwards) are counted.
+//!    the raw client) holding all of them; loss, duplicates and order are counted (the
+//!    session's against the raw client's `/sync` order, the raw client's against the
+//!    room's timeline read back from `/messages`); a closing message is then
+//!    awaited on both sides, so a copy that comes late is counted too. A message not
+//!    there 30 s after the last send counts as lost.
 //! 3. **Prompt round trip** (ms): `permission_request` sent → the prompt visible in the
 //!    human's `/sync` → `yes <id>` sent → the verdict received; against the raw client's
 //!    two hops (ping → the human sees it → pong → the raw client sees it), which are the
-//!    homeserver's share. Added = round trip − the adjacent two hops.
+//!    homeserver's share. Added = round trip − the adjacent two hops. 50 rounds after
+//!    3 unmeasured ones.
 //! 4. **Memory** (KiB, `VmRSS` of `/proc/PID/status`): idle with one identity, and with
-//!    10 identities and 100 attached sessions.
+//!    10 identities and 100 sessions, each shown attached by a push it received.
 //!
 //! Writes `$MC_BENCH_OUT/channel.json` (default `target/bench/` in the repository; the
 //! schema is `mc_bench::Channel`). `MC_BENCH_QUICK=1` runs a few rounds of each,
@@ -56,23 +61,32 @@ struct Plan {
     push_rounds: usize,
     warmup: usize,
     burst: usize,
+    /// Prompt round trips made before the measured ones.
+    prompt_warmup: usize,
     prompt_rounds: usize,
     identities: usize,
     sessions: usize,
 }
 
 impl Plan {
-    fn from_env() -> Plan {
+    fn from_env() -> anyhow::Result<Plan> {
         let quick = std::env::var("MC_BENCH_QUICK").is_ok_and(|v| v == "1");
-        let burst = std::env::var("MC_BENCH_BURST")
-            .ok()
-            .and_then(|v| v.parse().ok());
-        if quick {
+        let burst = match std::env::var("MC_BENCH_BURST") {
+            Ok(v) => Some(
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .with_context(|| format!("MC_BENCH_BURST={v:?} is not a positive number"))?,
+            ),
+            Err(_) => None,
+        };
+        Ok(if quick {
             Plan {
                 quick,
                 push_rounds: 5,
                 warmup: 1,
                 burst: burst.unwrap_or(20),
+                prompt_warmup: 1,
                 prompt_rounds: 2,
                 identities: 2,
                 sessions: 4,
@@ -83,11 +97,12 @@ impl Plan {
                 push_rounds: 200,
                 warmup: 5,
                 burst: burst.unwrap_or(2000),
-                prompt_rounds: 20,
+                prompt_warmup: 3,
+                prompt_rounds: 50,
                 identities: 10,
                 sessions: 100,
             }
-        }
+        })
     }
 }
 
@@ -100,7 +115,7 @@ const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; there are no other arguments.
-    let plan = Plan::from_env();
+    let plan = Plan::from_env()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -143,17 +158,19 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         .connect(&server.url("/channel"), server.token("bot"))
         .await?;
     let mut raw = raw::spawn(raw_user.clone(), room.clone()).await;
-    let mut ann_sync = raw::spawn(ann.clone(), room.clone()).await;
     let nonce = harness::random_suffix();
 
     // 1. Push latency, every message seen by both clients.
     let mut channel_ms = Vec::new();
     let mut raw_ms = Vec::new();
+    // Pushes that were not the one awaited: copies or strays, none expected here.
+    let mut strays = Vec::new();
     for i in 0..plan.warmup + plan.push_rounds {
-        let marker = format!("push-{nonce}-{i}");
+        // The trailing dot: `push-N-1.` is not part of `push-N-10.`.
+        let marker = format!("push-{nonce}-{i}.");
         ann.send_text(&room, &marker).await;
         let sent = Instant::now();
-        let ours = wait_channel(&mut arrivals, |a| {
+        let ours = wait_channel(&mut arrivals, Some(&mut strays), |a| {
             a.method == "notifications/claude/channel" && content_has(a, &marker)
         })
         .await
@@ -168,18 +185,21 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         // Both long polls are re-armed before the next send.
         tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30)).await;
     }
-    drain(&mut ann_sync.rx);
     eprintln!("bench: push latency done ({} samples)", channel_ms.len());
 
     // 2. The burst.
     let burst = run_burst(&plan, &nonce, &ann, &room, &mut arrivals, &mut raw).await?;
-    drain(&mut ann_sync.rx);
     eprintln!("bench: burst done: {burst}");
+
+    // The approver's own client, from here on only (a third long poll during the push
+    // latency rounds would make Synapse answer three requests per message).
+    let mut ann_sync = raw::spawn(ann.clone(), room.clone()).await;
 
     // 3. Prompt round trips, each next to the homeserver's own two hops.
     let mut total_ms = Vec::new();
     let mut hops_ms = Vec::new();
-    for i in 0..plan.prompt_rounds {
+    for i in 0..plan.prompt_warmup + plan.prompt_rounds {
+        let measured = i >= plan.prompt_warmup;
         let request_id = request_id(i);
         let start = Instant::now();
         client::permission_request(&session, &request_id).await?;
@@ -190,7 +210,7 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("the prompt of {request_id}"))?;
         ann.send_text(&room, &format!("yes {request_id}")).await;
-        let verdict = wait_channel(&mut arrivals, |a| {
+        let verdict = wait_channel(&mut arrivals, None, |a| {
             a.method == "notifications/claude/channel/permission"
                 && a.params["request_id"] == request_id.as_str()
         })
@@ -199,7 +219,9 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         if verdict.params["behavior"] != "allow" {
             bail!("the verdict of {request_id} is {}", verdict.params);
         }
-        total_ms.push(ms_between(start, verdict.at));
+        if measured {
+            total_ms.push(ms_between(start, verdict.at));
+        }
         // The prompt's outcome edit follows the verdict; Synapse persists a room's
         // events one at a time, so the baseline waits until it is through.
         let bot_id = bot.user_id.clone();
@@ -210,14 +232,16 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         .with_context(|| format!("the outcome edit of {request_id}"))?;
         tokio::time::sleep(Duration::from_millis(100)).await;
 
-        let ping = format!("ping-{nonce}-{i}");
-        let pong = format!("pong-{nonce}-{i}");
+        let ping = format!("ping-{nonce}-{i}.");
+        let pong = format!("pong-{nonce}-{i}.");
         let start = Instant::now();
         raw_user.send_text(&room, &ping).await;
         wait_raw(&mut ann_sync.rx, |s| s.body == ping).await?;
         ann.send_text(&room, &pong).await;
         let back = wait_raw(&mut raw.rx, |s| s.body == pong).await?;
-        hops_ms.push(ms_between(start, back.at));
+        if measured {
+            hops_ms.push(ms_between(start, back.at));
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let added_ms: Vec<f64> = total_ms.iter().zip(&hops_ms).map(|(t, h)| t - h).collect();
@@ -267,6 +291,12 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         path.display(),
         started.elapsed().as_secs_f64()
     );
+    if !strays.is_empty() {
+        bail!(
+            "{} pushes during the push-latency rounds were not the awaited one (copies or strays): {strays:?}",
+            strays.len()
+        );
+    }
     burst.verdict()
 }
 
@@ -291,12 +321,23 @@ impl Received {
         self.seen.len()
     }
 
-    /// The arrivals as positions in the room's timeline (the homeserver's order, which
-    /// concurrent sends do not fix in advance); a message not in it counts as missing.
-    fn tally(&self, timeline: &HashMap<usize, u64>) -> Tally {
+    /// Message number → the position of its first arrival here.
+    fn positions(&self) -> HashMap<usize, u64> {
+        let mut positions = HashMap::new();
+        for &i in &self.order {
+            let next = positions.len() as u64;
+            positions.entry(i).or_insert(next);
+        }
+        positions
+    }
+
+    /// The arrivals as positions in a reference order (concurrent sends do not fix the
+    /// order in advance); a message the reference lacks counts as missing.
+    fn tally(&self, reference: &HashMap<usize, u64>) -> Tally {
         let mut tally = Tally::default();
         for i in &self.order {
-            tally.arrived(timeline.get(i).copied().unwrap_or(u64::MAX));
+            let unknown = u64::MAX - *i as u64;
+            tally.arrived(reference.get(i).copied().unwrap_or(unknown));
         }
         tally
     }
@@ -333,7 +374,7 @@ impl Burst {
             ratio: self.channel_s / self.raw_s,
             channel: self
                 .channel
-                .tally(&self.timeline)
+                .tally(&self.raw.positions())
                 .delivery(self.messages as u64),
             raw_sync: self
                 .raw
@@ -343,23 +384,32 @@ impl Burst {
         }
     }
 
-    /// Fails the run on any loss, duplicate or reordering, on either side.
+    /// Fails the run unless the session got every message exactly once in the order
+    /// the raw client got them (`/sync` order, the homeserver's stream order), and the
+    /// raw client every message exactly once. Whether the raw client's order is also the
+    /// `/messages` order is reported, not required (they can differ when concurrent
+    /// sends fork the room's event graph).
     fn verdict(&self) -> anyhow::Result<()> {
-        for (who, side) in [
-            ("the session", &self.channel),
-            ("the raw client", &self.raw),
-        ] {
-            let d = side.tally(&self.timeline).delivery(self.messages as u64);
-            if self.timeline.len() != self.messages {
-                bail!(
-                    "burst: the room's timeline holds {} of the {} messages",
-                    self.timeline.len(),
-                    self.messages
-                );
-            }
-            if d.missing != 0 || d.duplicates != 0 || d.out_of_order != 0 {
-                bail!("burst: {who} did not get every message exactly once in order: {d:?}");
-            }
+        if self.timeline.len() != self.messages {
+            bail!(
+                "burst: the room's timeline holds {} of the {} messages",
+                self.timeline.len(),
+                self.messages
+            );
+        }
+        let raw = self
+            .raw
+            .tally(&self.timeline)
+            .delivery(self.messages as u64);
+        if raw.missing != 0 || raw.duplicates != 0 {
+            bail!("burst: the raw client (the baseline) did not get every message once: {raw:?}");
+        }
+        let ours = self
+            .channel
+            .tally(&self.raw.positions())
+            .delivery(self.messages as u64);
+        if ours.missing != 0 || ours.duplicates != 0 || ours.out_of_order != 0 {
+            bail!("burst: the session did not get every message exactly once in order: {ours:?}");
         }
         Ok(())
     }
@@ -395,30 +445,65 @@ async fn run_burst(
     };
     let mut channel = Received::default();
     let mut raw_seen = Received::default();
-    // Both sides are read as they come, so neither waits on the other's queue.
-    let deadline =
-        tokio::time::Instant::now() + ARRIVAL_TIMEOUT + Duration::from_millis(50 * n as u64);
-    while channel.distinct() < n || raw_seen.distinct() < n {
+    let mut sender = sender;
+    let mut send = None;
+    // No deadline while Synapse still takes sends (its pace is not ours to assert);
+    // then ARRIVAL_TIMEOUT after the last one: a message not there by then is lost.
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(24 * 3600);
+    // Both sides are read as they come, so neither waits on the other's queue. After
+    // both have every message, a closing message is sent, and both are read up to it:
+    // a copy of a burst message would arrive before it.
+    let end = format!("{prefix}end.");
+    let mut end_sent = false;
+    let mut end_seen = (false, false);
+    loop {
+        if !end_sent && send.is_some() && channel.distinct() == n && raw_seen.distinct() == n {
+            ann.send_text(room, &end).await;
+            end_sent = true;
+            deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT;
+        }
+        if end_seen == (true, true) {
+            break;
+        }
         tokio::select! {
+            done = &mut sender, if send.is_none() => {
+                send = Some(done.context("the burst's sender failed")?);
+                deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT;
+            }
             a = arrivals.recv() => {
                 let a = a.context("the MCP session ended")?;
                 if a.method != "notifications/claude/channel" {
                     continue;
                 }
-                if let Some(i) = a.params["content"].as_str().and_then(|c| index_after(c, &prefix)) {
+                let Some(content) = a.params["content"].as_str() else { continue };
+                if content.contains(&end) {
+                    end_seen.0 = true;
+                } else if let Some(i) = index_after(content, &prefix) {
                     channel.push(i, a.at);
                 }
             }
             s = raw.rx.recv() => {
                 let s = s.context("the raw client stopped")?;
-                if let Some(i) = index_after(&s.body, &prefix) {
+                if s.body == end {
+                    end_seen.1 = true;
+                } else if let Some(i) = index_after(&s.body, &prefix) {
                     raw_seen.push(i, s.at);
                 }
             }
-            _ = tokio::time::sleep_until(deadline) => break,
+            _ = tokio::time::sleep_until(deadline) => {
+                eprintln!(
+                    "bench: burst: {ARRIVAL_TIMEOUT:?} after the last send, the session had {} and the raw client {} of {n}",
+                    channel.distinct(),
+                    raw_seen.distinct()
+                );
+                break;
+            }
         }
     }
-    let send = sender.await?;
+    let send = match send {
+        Some(send) => send,
+        None => sender.await.context("the burst's sender failed")?,
+    };
     let secs = |r: &Received| r.last.map_or(f64::NAN, |t| (t - start).as_secs_f64());
     Ok(Burst {
         messages: n,
@@ -475,17 +560,25 @@ fn index_after(text: &str, prefix: &str) -> Option<usize> {
 /// Resident memory with `plan.identities` identities and `plan.sessions` attached
 /// sessions spread over them: (KiB, identities, sessions).
 async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, usize, usize)> {
-    let ann = register("bench_owner").await;
+    let owner = Human::register("bench_owner").await;
     let mut identities = Vec::new();
     for k in 0..plan.identities {
         let bot = register("bench_many").await;
-        identities.push(Identity::new(&format!("bot{k}"), &bot, &[&ann.user_id]));
+        identities.push(Identity::new(&format!("bot{k}"), &bot, &[&owner.user_id]));
     }
+    let bots: Vec<&str> = identities
+        .iter()
+        .map(|i| i.account.user_id.as_str())
+        .collect();
+    let room = owner.create_room(&bots).await;
     let server = Server::start(ServerConfig {
         identities: identities.clone(),
         ..ServerConfig::default()
     })
     .await;
+    for bot in &bots {
+        owner.wait_joined(&room, bot).await;
+    }
     let mut sessions = Vec::new();
     for s in 0..plan.sessions {
         let identity = &identities[s % identities.len()].name;
@@ -493,10 +586,38 @@ async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, us
             .connect(&server.url("/channel"), server.token(identity))
             .await
             .with_context(|| format!("session {s} of {identity}"))?;
-        sessions.push((session, rx));
+        sessions.push((session, rx, false));
     }
-    // The GET streams open after `initialize`; give them time to attach and settle.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A session is attached once its GET stream is open, which rmcp does after
+    // `initialize`: a push reaches every attached session, so a message is sent until
+    // every session has had one (a session that attaches later gets no earlier push).
+    for round in 0.. {
+        if sessions.iter().all(|(_, _, attached)| *attached) {
+            break;
+        }
+        if round == 10 {
+            let missing = sessions.iter().filter(|(_, _, a)| !*a).count();
+            bail!(
+                "{missing} of {} sessions never received a push",
+                sessions.len()
+            );
+        }
+        let marker = format!("attached-{round}.");
+        owner.send_text(&room, &marker).await;
+        for (_, rx, attached) in sessions.iter_mut().filter(|(_, _, a)| !*a) {
+            let got = tokio::time::timeout(Duration::from_secs(2), async {
+                while let Some(a) = rx.recv().await {
+                    if content_has(&a, &marker) {
+                        return true;
+                    }
+                }
+                false
+            })
+            .await;
+            *attached = got.unwrap_or(false);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let kib = rss_kib(server.pid().context("serve is running")?)?;
     drop(sessions);
     Ok((kib, identities.len(), plan.sessions))
@@ -513,15 +634,23 @@ fn rss_kib(pid: u32) -> anyhow::Result<u64> {
 }
 
 /// Waits for the first notification that `pred` accepts, skipping the others.
+/// With `strays`, the skipped `notifications/claude/channel` pushes' contents are kept.
 async fn wait_channel(
     rx: &mut UnboundedReceiver<Arrival>,
+    mut strays: Option<&mut Vec<String>>,
     pred: impl Fn(&Arrival) -> bool,
 ) -> anyhow::Result<Arrival> {
     let deadline = tokio::time::Instant::now() + ARRIVAL_TIMEOUT;
     loop {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
             Ok(Some(a)) if pred(&a) => return Ok(a),
-            Ok(Some(_)) => {}
+            Ok(Some(a)) => {
+                if let Some(strays) = strays.as_deref_mut() {
+                    if a.method == "notifications/claude/channel" {
+                        strays.push(a.params["content"].to_string());
+                    }
+                }
+            }
             Ok(None) => bail!("the MCP session ended"),
             Err(_) => bail!("nothing within {ARRIVAL_TIMEOUT:?}"),
         }
@@ -542,10 +671,6 @@ async fn wait_raw(
             Err(_) => bail!("nothing within {ARRIVAL_TIMEOUT:?}"),
         }
     }
-}
-
-fn drain<T>(rx: &mut UnboundedReceiver<T>) {
-    while rx.try_recv().is_ok() {}
 }
 
 fn content_has(a: &Arrival, text: &str) -> bool {
@@ -626,7 +751,7 @@ async fn machine(hs_url: &str) -> mc_bench::Machine {
         kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
         rustc: command("rustc", &["--version"]),
         synapse: synapse.unwrap_or_else(|| "unknown".to_owned()),
-        commit: command("git", &["rev-parse", "--short", "HEAD"]),
+        commit: command("git", &["describe", "--always", "--dirty"]),
         profile: if cfg!(debug_assertions) {
             "debug"
         } else {

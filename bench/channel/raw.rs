@@ -73,6 +73,12 @@ pub async fn spawn(human: Arc<Human>, room: String) -> RawSync {
                     }
                 }
             }
+            // Events fetched from `/messages` arrived only now.
+            let at = if batch.len() > events.len() {
+                Instant::now()
+            } else {
+                at
+            };
             for e in batch {
                 let Some(id) = e["event_id"].as_str() else {
                     continue;

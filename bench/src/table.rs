@@ -126,6 +126,15 @@ fn channel_rows(channel: &Channel, rows: &mut Vec<Row>) {
             secs(b.raw_sync_s),
             times(b.ratio),
         ));
+        // Both sides finish close to the last send (the homeserver sets the pace), so
+        // the lag after it is the part that tells the two apart.
+        let lag = |arrived_s: f64| (arrived_s - b.send_s) * 1e3;
+        rows.push(Row::new(
+            "burst: from the last send returning until all arrived (ms)",
+            ms(lag(b.channel_s)),
+            ms(lag(b.raw_sync_s)),
+            times(lag(b.channel_s) / lag(b.raw_sync_s)),
+        ));
         let d = |d: &crate::Delivery| {
             format!(
                 "{} / {} / {}",
