@@ -427,7 +427,7 @@ async fn run_burst(
     let n = plan.burst;
     let prefix = format!("burst-{nonce}-");
     let start = Instant::now();
-    let sender = {
+    let mut sender = {
         let ann = ann.clone();
         let room = room.to_owned();
         let prefix = prefix.clone();
@@ -445,7 +445,6 @@ async fn run_burst(
     };
     let mut channel = Received::default();
     let mut raw_seen = Received::default();
-    let mut sender = sender;
     let mut send = None;
     // No deadline while Synapse still takes sends (its pace is not ours to assert);
     // then ARRIVAL_TIMEOUT after the last one: a message not there by then is lost.
