@@ -25,6 +25,9 @@ pub const DEFAULT_BODY_CAP_BYTES: usize = 16 * 1024;
 pub const DEFAULT_QUOTE_CAP_CHARS: usize = 160;
 /// Default number of delivery-log entries kept per identity (oldest forgotten first).
 pub const DEFAULT_LOG_CAP: usize = 10_000;
+/// Default number of retired prompt messages remembered per identity, so the agent
+/// cannot rewrite one after its verdict (oldest forgotten first).
+pub const DEFAULT_PROMPT_MEMORY: usize = 1_000;
 
 /// One identity's settings. Build with [`IdentityConfig::new`], adjust the public
 /// fields, then [`IdentityConfig::validate`] (the core validates again when the
@@ -61,6 +64,14 @@ pub struct IdentityConfig {
     pub quote_cap_chars: usize,
     /// How many delivery-log entries are kept; older events are forgotten.
     pub log_cap: usize,
+    /// How many retired prompts' messages are remembered (the agent may touch none
+    /// of them, see [`crate::agent`]); older ones are forgotten.
+    #[serde(default = "default_prompt_memory")]
+    pub prompt_memory: usize,
+}
+
+fn default_prompt_memory() -> usize {
+    DEFAULT_PROMPT_MEMORY
 }
 
 /// What is wrong with an [`IdentityConfig`]; each message names the field.
@@ -75,6 +86,16 @@ pub enum ConfigError {
     /// A duration or cap is zero where that would disable the feature by accident.
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    /// The settle window is not shorter than the prompt's time to live: a verdict by
+    /// reaction could never settle before the prompt expires.
+    #[error(
+        "settle_ms ({settle_ms} ms) must be less than prompt_ttl_ms ({prompt_ttl_ms} ms): \
+         a verdict by reaction could never settle before the prompt expires"
+    )]
+    SettleNotShorterThanTtl {
+        settle_ms: Millis,
+        prompt_ttl_ms: Millis,
+    },
 }
 
 impl IdentityConfig {
@@ -95,10 +116,13 @@ impl IdentityConfig {
             body_cap_bytes: DEFAULT_BODY_CAP_BYTES,
             quote_cap_chars: DEFAULT_QUOTE_CAP_CHARS,
             log_cap: DEFAULT_LOG_CAP,
+            prompt_memory: DEFAULT_PROMPT_MEMORY,
         }
     }
 
-    /// Checks the settings. Errors: [`ConfigError`], the first problem found.
+    /// Checks the settings. Errors: [`ConfigError`], the first problem found (the
+    /// identity's own id among the senders, a stray approver, a zero, then the
+    /// settle window against the time to live).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.allowed_senders.contains(&self.user_id) {
             return Err(ConfigError::SelfAllowed(self.user_id.clone()));
@@ -120,11 +144,18 @@ impl IdentityConfig {
             ("body_cap_bytes", self.body_cap_bytes),
             ("quote_cap_chars", self.quote_cap_chars),
             ("log_cap", self.log_cap),
+            ("prompt_memory", self.prompt_memory),
         ];
-        match nonzero.iter().find(|(_, v)| *v == 0) {
-            Some((name, _)) => Err(ConfigError::Zero(name)),
-            None => Ok(()),
+        if let Some((name, _)) = nonzero.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::Zero(name));
         }
+        if self.settle_ms >= self.prompt_ttl_ms {
+            return Err(ConfigError::SettleNotShorterThanTtl {
+                settle_ms: self.settle_ms,
+                prompt_ttl_ms: self.prompt_ttl_ms,
+            });
+        }
+        Ok(())
     }
 
     /// Whether `user` may answer prompts (exact MXID match).

@@ -1,12 +1,13 @@
 //! The state machine: [`Channel::handle`] and [`Channel::next_deadline`].
 
+use crate::agent::{matrix_to, names_request_id, AgentWrite};
 use crate::classify::{classify_message, classify_reaction, MessageClass, ReactionClass};
 use crate::config::{ConfigError, Gate, IdentityConfig};
 use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
 };
 use crate::event::{Input, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction};
-use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 use crate::meta::MetaKey;
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
 use crate::render::{
@@ -44,6 +45,10 @@ pub struct IdentityState {
     log: BTreeMap<EventId, LogEntry>,
     log_order: VecDeque<EventId>,
     queue: VecDeque<Queued>,
+    /// Messages of retired prompts, oldest first, at most `config.prompt_memory`:
+    /// the agent may touch these as little as a live prompt's.
+    #[serde(default)]
+    retired_prompts: VecDeque<EventId>,
 }
 
 /// Whether a session's stream is open.
@@ -181,6 +186,10 @@ enum InFlight {
         /// Set when the prompt is retired while still being posted: what the posted
         /// message then shows.
         retired: Option<PromptText>,
+    },
+    Write {
+        identity: IdentityId,
+        call: CallId,
     },
     Verdict {
         identity: IdentityId,
@@ -342,8 +351,26 @@ impl Channel {
                 session,
                 event_id,
             } => (identity, Event::Ack(session, event_id)),
+            Input::InvalidPermissionRequest {
+                identity,
+                session,
+                error,
+            } => (identity, Event::InvalidRequest(session, error)),
+            Input::AgentWrite {
+                identity,
+                call,
+                write,
+            } => (identity, Event::Write(call, write)),
         };
         let Some(state) = self.identities.get_mut(&identity) else {
+            if let Event::Write(call, _) = event {
+                effects.push(Effect::WriteRefused {
+                    identity,
+                    call,
+                    reason: DropReason::UnknownIdentity,
+                });
+                return effects;
+            }
             effects.push(Effect::Dropped {
                 identity: Some(identity),
                 event_id: None,
@@ -366,6 +393,10 @@ impl Channel {
             Event::Redaction(redaction) => state.on_redaction(redaction, &mut out),
             Event::Request(session, request) => state.on_request(session, request, &mut out),
             Event::Ack(session, event_id) => state.on_ack(session.as_ref(), &event_id, &mut out),
+            Event::InvalidRequest(session, error) => {
+                state.on_invalid_request(session, error, &mut out)
+            }
+            Event::Write(call, write) => state.on_agent_write(call, write, &mut out),
         }
         effects
     }
@@ -381,6 +412,7 @@ impl Channel {
         let identity = match &flight {
             InFlight::Push { identity, .. }
             | InFlight::Post { identity, .. }
+            | InFlight::Write { identity, .. }
             | InFlight::Verdict { identity, .. } => identity.clone(),
         };
         let Some(state) = self.identities.get_mut(&identity) else {
@@ -417,6 +449,9 @@ impl Channel {
                     retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
                 state.post_completed(id, room, shown, outcome, &mut out)
             }
+            // The tool call is answered from the outcome by the server; the core
+            // only stops waiting for it.
+            InFlight::Write { .. } => {}
             InFlight::Verdict {
                 serial,
                 generation,
@@ -450,6 +485,8 @@ enum Event {
     Redaction(Redaction),
     Request(SessionId, PermissionRequest),
     Ack(Option<SessionId>, EventId),
+    InvalidRequest(SessionId, String),
+    Write(CallId, AgentWrite),
 }
 
 impl IdentityState {
@@ -466,6 +503,7 @@ impl IdentityState {
             log: BTreeMap::new(),
             log_order: VecDeque::new(),
             queue: VecDeque::new(),
+            retired_prompts: VecDeque::new(),
         }
     }
 
@@ -497,6 +535,39 @@ impl IdentityState {
     /// The delivery log entry of `event_id`, if it is still remembered.
     pub fn log_entry(&self, event_id: &EventId) -> Option<&LogEntry> {
         self.log.get(event_id)
+    }
+
+    /// Whether `event_id` is a permission prompt's message: of a prompt the core
+    /// holds (in any phase), or of one of the last retired ones. The one definition
+    /// the agent's writes are judged by.
+    pub fn is_prompt_message(&self, event_id: &EventId) -> bool {
+        self.prompts
+            .iter()
+            .any(|p| p.phase.message() == Some(event_id))
+            || self.retired_prompts.contains(event_id)
+    }
+
+    /// The request ids of the prompts the core holds, in any phase (being posted,
+    /// pending, settling, decided or being delivered): the ids the agent's text may
+    /// not name.
+    pub fn open_request_ids(&self) -> Vec<RequestId> {
+        let mut ids: Vec<RequestId> = self
+            .prompts
+            .iter()
+            .map(|p| p.request.request_id.clone())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// Remembers a retired prompt's message, forgetting the oldest beyond
+    /// `prompt_memory`.
+    fn remember_prompt(&mut self, message: EventId) {
+        self.retired_prompts.push_back(message);
+        while self.retired_prompts.len() > self.config.prompt_memory {
+            self.retired_prompts.pop_front();
+        }
     }
 
     fn is_live(&self, session: &SessionId) -> bool {
@@ -1008,6 +1079,86 @@ impl IdentityState {
         }
     }
 
+    // ----- the agent's writes ---------------------------------------------------
+
+    /// Judges an agent's write by the rules of [`crate::agent`], in their order, and
+    /// either performs it or refuses it: one transition, so nothing can change
+    /// between the check and the send.
+    fn on_agent_write(&mut self, call: CallId, write: AgentWrite, out: &mut Out<'_>) {
+        match self.judge_write(&write) {
+            Err(reason) => out.effects.push(Effect::WriteRefused {
+                identity: out.identity.clone(),
+                call,
+                reason,
+            }),
+            Ok(()) => {
+                let id = out.id();
+                out.in_flight.insert(
+                    id,
+                    InFlight::Write {
+                        identity: out.identity.clone(),
+                        call,
+                    },
+                );
+                out.effects.push(Effect::Write {
+                    id,
+                    identity: out.identity.clone(),
+                    call,
+                    write,
+                });
+            }
+        }
+    }
+
+    fn judge_write(&self, write: &AgentWrite) -> Result<(), DropReason> {
+        if write
+            .targets()
+            .into_iter()
+            .any(|t| self.is_prompt_message(t))
+        {
+            return Err(DropReason::PromptTarget);
+        }
+        if let AgentWrite::Edit {
+            original_sender, ..
+        } = write
+        {
+            if *original_sender != self.config.user_id {
+                return Err(DropReason::NotOwnMessage);
+            }
+        }
+        let open = self.open_request_ids();
+        if let Some(request_id) = write
+            .texts()
+            .into_iter()
+            .find_map(|text| names_request_id(text, &open))
+        {
+            return Err(DropReason::NamesOpenRequest {
+                request_id: request_id.clone(),
+            });
+        }
+        if let AgentWrite::Leave { room } = write {
+            if self.prompts.iter().any(|p| p.room == *room) {
+                return Err(DropReason::LeavesPromptRoom);
+            }
+        }
+        Ok(())
+    }
+
+    /// A `permission_request` the server could not read: the session hears why
+    /// (Claude Code's own dialog in the terminal still answers it), the operator's
+    /// log says so, and nothing is posted.
+    fn on_invalid_request(&mut self, session: SessionId, error: String, out: &mut Out<'_>) {
+        out.effects.push(Effect::LogMessage {
+            identity: out.identity.clone(),
+            session,
+            message: format!(
+                "matrix-channel did not relay a permission_request: {error}. Nothing was \
+                 posted to Matrix; answer it in Claude Code."
+            ),
+        });
+        out.drop(None, DropReason::InvalidPermissionRequest);
+    }
+
     // ----- prompts --------------------------------------------------------------
 
     fn on_request(&mut self, session: SessionId, request: PermissionRequest, out: &mut Out<'_>) {
@@ -1092,12 +1243,15 @@ impl IdentityState {
             Phase::Pending { message }
             | Phase::Settling { message, .. }
             | Phase::Decided { message, .. }
-            | Phase::Delivering { message, .. } => out.effects.push(Effect::EditPrompt {
-                identity: out.identity.clone(),
-                room: prompt.room.clone(),
-                event_id: message.clone(),
-                text,
-            }),
+            | Phase::Delivering { message, .. } => {
+                self.remember_prompt(message.clone());
+                out.effects.push(Effect::EditPrompt {
+                    identity: out.identity.clone(),
+                    room: prompt.room.clone(),
+                    event_id: message.clone(),
+                    text,
+                })
+            }
         }
         out.drop(prompt.phase.message(), reason);
     }
@@ -1126,6 +1280,7 @@ impl IdentityState {
             }
             (None, Outcome::Posted { event_id }) => {
                 // The prompt expired or was replaced while it was being posted.
+                self.remember_prompt(event_id.clone());
                 out.effects.push(Effect::EditPrompt {
                     identity: out.identity.clone(),
                     room,
@@ -1153,10 +1308,6 @@ impl IdentityState {
                 p.request.request_id == *id && p.phase.message().is_some()
             })
             .collect();
-        let replied = same_id
-            .iter()
-            .copied()
-            .find(|&i| self.prompts[i].phase.message() == reply_target);
         // Without a reply, only the prompts posted in the room the answer was typed
         // in, and every one of them counts (answered or not) for ambiguity.
         let in_room: Vec<usize> = same_id
@@ -1164,8 +1315,40 @@ impl IdentityState {
             .copied()
             .filter(|&i| self.prompts[i].room == message.room)
             .collect();
+        // A reply names what it answers: the prompt it replies to, or nothing.
+        let replied = reply_target.map(|target| {
+            same_id
+                .iter()
+                .copied()
+                .find(|&i| self.prompts[i].phase.message() == Some(target))
+        });
         let target = match (replied, in_room.as_slice()) {
-            (Some(index), _) => index,
+            (Some(Some(index)), _) => index,
+            (Some(None), _) => {
+                let answerable: Vec<usize> = in_room
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.prompts[i].phase.is_answerable())
+                    .collect();
+                let pointer = match answerable.as_slice() {
+                    [index] => {
+                        let prompt = &self.prompts[*index];
+                        let link = prompt
+                            .phase
+                            .message()
+                            .map(|m| matrix_to(&prompt.room, m))
+                            .unwrap_or_default();
+                        format!(" The prompt for {id} is {link}: reply to it, or answer without a reply.")
+                    }
+                    _ => String::new(),
+                };
+                out.notice(
+                    &message.room,
+                    &message.event_id,
+                    format!("This replies to a message that is not the pending prompt for {id}, so it answers nothing.{pointer}"),
+                );
+                return out.drop(Some(&message.event_id), DropReason::ReplyNotToPrompt);
+            }
             (None, [index]) => *index,
             (None, []) => {
                 out.notice(
@@ -1313,6 +1496,7 @@ impl IdentityState {
             // If the verdict arrived, the message still shows what was decided.
             if outcome == Outcome::Sent {
                 let (room, event_id, text) = shown;
+                self.remember_prompt(event_id.clone());
                 out.effects.push(Effect::EditPrompt {
                     identity: out.identity.clone(),
                     room,
@@ -1343,13 +1527,14 @@ impl IdentityState {
             return;
         }
         let (room, event_id, text) = shown;
+        self.prompts.remove(index);
+        self.remember_prompt(event_id.clone());
         out.effects.push(Effect::EditPrompt {
             identity: out.identity.clone(),
             room,
             event_id,
             text,
         });
-        self.prompts.remove(index);
     }
 
     // ----- timers ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! What the core asks the server to do. Closed: the server's executor has one arm for
 //! each variant and no `_` arm.
 
-use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::agent::AgentWrite;
+use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 use crate::meta::Meta;
 use crate::verdict::{Behavior, RequestId};
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,29 @@ pub enum Effect {
         room: RoomId,
         in_reply_to: EventId,
         text: String,
+    },
+    /// Perform the agent's `write` as the identity, exactly as given, and answer the
+    /// tool call `call` with how it ended. Outcome: `Sent` or `Failed`.
+    Write {
+        id: EffectId,
+        identity: IdentityId,
+        call: CallId,
+        write: AgentWrite,
+    },
+    /// The agent's write for `call` is not performed: answer the tool call with
+    /// `reason` (see [`crate::agent`]).
+    WriteRefused {
+        identity: IdentityId,
+        call: CallId,
+        reason: DropReason,
+    },
+    /// Tell one MCP session something went wrong with what it sent (an MCP
+    /// `notifications/message` at level `warning`, logger `matrix-channel`). Fire
+    /// and forget.
+    LogMessage {
+        identity: IdentityId,
+        session: SessionId,
+        message: String,
     },
     /// A verdict was taken (an audit record; the send follows, now or on attach).
     Decided {
@@ -159,6 +183,10 @@ pub enum DropReason {
     UnknownRequest,
     /// A text verdict matching prompts of several sessions, not a reply to one.
     AmbiguousRequest,
+    /// A text verdict that is a Matrix reply to an event other than its request's
+    /// prompt (a chat message, an imitation of a prompt, another prompt): a reply
+    /// names what it answers, so it answers nothing.
+    ReplyNotToPrompt,
     /// A verdict for a prompt whose verdict is already being delivered.
     AlreadyAnswered,
     /// A prompt's time to live ran out.
@@ -177,4 +205,16 @@ pub enum DropReason {
     StaleOutcome,
     /// An input for an identity that was never added.
     UnknownIdentity,
+    /// A `permission_request` whose params could not be read, or on a mount that
+    /// takes none.
+    InvalidPermissionRequest,
+    /// An agent's write aimed at a permission prompt's message: it would edit,
+    /// redact, react to, reply to or thread on it.
+    PromptTarget,
+    /// An agent's edit of a message that is not the identity's own.
+    NotOwnMessage,
+    /// An agent's text names the open permission request `request_id`.
+    NamesOpenRequest { request_id: RequestId },
+    /// The agent would leave a room where one of its prompts waits.
+    LeavesPromptRoom,
 }

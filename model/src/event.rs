@@ -4,7 +4,8 @@
 //! The adapters decode with ruma and resolve what the core cannot know without IO
 //! (the parent of a reply); everything they hand over is a plain value.
 
-use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::agent::AgentWrite;
+use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 use crate::verdict::RequestId;
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +48,24 @@ pub enum Input {
         session: SessionId,
         request: PermissionRequest,
     },
+    /// `notifications/claude/channel/permission_request` whose params the server
+    /// could not read (a missing or non-string field, a malformed `request_id`), or
+    /// that came on a mount that takes none. The session is told `error`; nothing
+    /// is posted.
+    InvalidPermissionRequest {
+        identity: IdentityId,
+        session: SessionId,
+        /// What is wrong, for the session and the operator's log.
+        error: String,
+    },
+    /// A tool asks to write to Matrix as the identity (see [`crate::agent`]). The
+    /// core answers `call` with [`crate::Effect::Write`] or
+    /// [`crate::Effect::WriteRefused`].
+    AgentWrite {
+        identity: IdentityId,
+        call: CallId,
+        write: AgentWrite,
+    },
     /// The agent acknowledged an event (the `acknowledge` tool): it is never replayed.
     Acknowledge {
         identity: IdentityId,
@@ -67,7 +86,8 @@ pub enum Input {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    /// A push or a verdict was written to the session's stream.
+    /// A push or a verdict was written to the session's stream, or an agent's
+    /// write was accepted by the homeserver.
     Sent,
     /// A prompt was posted to Matrix as `event_id`.
     Posted { event_id: EventId },

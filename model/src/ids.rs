@@ -81,3 +81,17 @@ impl fmt::Display for EffectId {
         write!(f, "effect#{}", self.0)
     }
 }
+
+/// Names one tool call of the agent's (an MCP `tools/call` request) that asked for
+/// an [`crate::AgentWrite`]: the server picks it, and the core's answer
+/// ([`crate::Effect::Write`] or [`crate::Effect::WriteRefused`]) carries it back, so
+/// the server knows which call to answer. Opaque to the core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallId(pub u64);
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call#{}", self.0)
+    }
+}

@@ -34,6 +34,7 @@
 //! `tests/check/mod.rs` is a stateright model of a bounded world that calls this
 //! very [`Channel::handle`]; `tests/model_check.rs` runs it. See the README.
 
+pub mod agent;
 pub mod classify;
 pub mod config;
 mod core;
@@ -48,6 +49,7 @@ pub mod render;
 pub mod sandbox;
 pub mod verdict;
 
+pub use crate::agent::{AgentText, AgentWrite};
 pub use crate::config::{ConfigError, Gate, IdentityConfig};
 pub use crate::core::{
     Channel, IdentityState, LogEntry, Phase, Prompt, Queued, Record, SessionState, Vote,
@@ -59,6 +61,6 @@ pub use crate::event::{
     Attachment, Input, Message, MessageContent, MsgType, NewContent, Outcome, Parent,
     PermissionRequest, Reaction, Redaction, Relation, ReplyTo,
 };
-pub use crate::ids::{EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+pub use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 pub use crate::meta::{Meta, MetaKey};
 pub use crate::verdict::{Behavior, RequestId};

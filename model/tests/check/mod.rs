@@ -1459,6 +1459,7 @@ fn monitor(
                 _ => {}
             },
             Effect::Notice { .. } => {}
+            Effect::Write { .. } | Effect::WriteRefused { .. } | Effect::LogMessage { .. } => {}
         }
     }
 }
@@ -1470,6 +1471,9 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::SendVerdict { identity, .. }
         | Effect::EditPrompt { identity, .. }
         | Effect::Notice { identity, .. }
+        | Effect::Write { identity, .. }
+        | Effect::WriteRefused { identity, .. }
+        | Effect::LogMessage { identity, .. }
         | Effect::Decided { identity, .. } => Some(identity.clone()),
         Effect::Dropped { identity, .. } => identity.clone(),
     }

@@ -138,6 +138,8 @@ pub enum Kind {
     Push,
     Post,
     Verdict,
+    /// An agent's write ([`Effect::Write`]).
+    Write,
 }
 
 /// One `notifications/claude/channel` push, as a session would see it.
@@ -743,10 +745,14 @@ impl World {
                 check_notification(notification);
                 Some(*id)
             }
-            Effect::PostPrompt { id, .. } | Effect::SendVerdict { id, .. } => Some(*id),
+            Effect::PostPrompt { id, .. }
+            | Effect::SendVerdict { id, .. }
+            | Effect::Write { id, .. } => Some(*id),
             Effect::EditPrompt { .. }
             | Effect::Notice { .. }
             | Effect::Decided { .. }
+            | Effect::WriteRefused { .. }
+            | Effect::LogMessage { .. }
             | Effect::Dropped { .. } => None,
         };
         if let Some(id) = id {
@@ -768,6 +774,7 @@ impl World {
                 (*id, Kind::Post)
             }
             Effect::SendVerdict { id, .. } => (*id, Kind::Verdict),
+            Effect::Write { id, .. } => (*id, Kind::Write),
             _ => return,
         };
         let outcome = if let Some(at) = self.failing.iter().position(|k| *k == kind) {
@@ -865,6 +872,9 @@ pub fn check_notification(n: &ChannelNotification) {
 /// - `notice $m4 "…"`
 /// - `decided s1 abcde allow by @alice:hs via text $m5`
 /// - `drop $m6 NotApprover`
+/// - `write call#1 edit` (the write's kind; its fields are in the effect)
+/// - `refused call#2 PromptTarget`
+/// - `log s1 "…"`
 pub fn line(default: &IdentityId, effect: &Effect) -> String {
     let prefix = |identity: &IdentityId| {
         if identity == default {
@@ -945,6 +955,22 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
                 decision.by
             )
         }
+        Effect::Write {
+            identity,
+            call,
+            write,
+            ..
+        } => format!("{}write {call} {}", prefix(identity), write.kind()),
+        Effect::WriteRefused {
+            identity,
+            call,
+            reason,
+        } => format!("{}refused {call} {reason:?}", prefix(identity)),
+        Effect::LogMessage {
+            identity,
+            session,
+            message,
+        } => format!("{}log {session} {message:?}", prefix(identity)),
         Effect::Dropped {
             identity,
             event_id,

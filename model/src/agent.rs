@@ -1,0 +1,360 @@
+//! The agent's own writes to Matrix, and the rules they pass through.
+//!
+//! The agent (Claude Code, through the server's MCP tools) acts as the same Matrix
+//! account that posts the permission prompts. Every tool that writes to Matrix as the
+//! identity hands its write to [`crate::Channel::handle`] as
+//! [`crate::Input::AgentWrite`]; the core answers with [`crate::Effect::Write`] (the
+//! server then performs exactly that write) or [`crate::Effect::WriteRefused`]. The
+//! check and the send are one transition: nothing can change between them.
+//!
+//! The rules, in the order they run ([`crate::Channel::handle`]):
+//! 1. **No prompt is touched.** A write whose target (the event it edits, redacts,
+//!    reacts to, replies to or threads on) is a permission prompt's message is
+//!    refused with [`crate::DropReason::PromptTarget`]: the prompt is the approver's
+//!    view of what they allow (an agent that rewrote a pending `rm -rf /` to read
+//!    `ls` had the real request approved). Prompts the core still holds count, and
+//!    so do the last [`crate::config::IdentityConfig::prompt_memory`] retired ones
+//!    (their message shows the outcome; rewriting it rewrites the record).
+//! 2. **Only the identity's own messages are edited**
+//!    ([`crate::DropReason::NotOwnMessage`]).
+//! 3. **No text names an open request id** ([`crate::DropReason::NamesOpenRequest`]):
+//!    every text field the write carries ([`AgentWrite::texts`]: body, formatted
+//!    body, reaction key, redaction reason), read the way a person reads it
+//!    ([`names_request_id`]). A message copying a prompt with the real id could be
+//!    answered by an approver who trusts what they read.
+//! 4. **The room of a prompt the core holds is not left**
+//!    ([`crate::DropReason::LeavesPromptRoom`]): its approvers could no longer answer
+//!    it, and its outcome could not be shown.
+
+use crate::ids::{EventId, RoomId, UserId};
+use crate::verdict::RequestId;
+use serde::{Deserialize, Serialize};
+
+/// One text of an agent's message as it is sent: the `body` and, when the message
+/// has HTML, its `formatted_body` (`format: org.matrix.custom.html`). The server
+/// renders the agent's Markdown before it asks, so the core judges the very strings
+/// that go out ([Client-Server API, "m.text"]).
+///
+/// [Client-Server API, "m.text"]: https://spec.matrix.org/v1.16/client-server-api/#mtext
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AgentText {
+    pub body: String,
+    pub formatted_body: Option<String>,
+}
+
+impl AgentText {
+    /// A text without HTML.
+    pub fn plain(body: impl Into<String>) -> Self {
+        Self {
+            body: body.into(),
+            formatted_body: None,
+        }
+    }
+}
+
+/// A write to Matrix that a tool asks for, as the identity. Closed: a new write tool
+/// needs a variant here, and [`AgentWrite::texts`] and [`AgentWrite::targets`] are
+/// exhaustive matches, so its fields are judged before it compiles.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "write", rename_all = "snake_case")]
+pub enum AgentWrite {
+    /// `m.room.message` events (`send_message`): one per part, in order; the first
+    /// is a rich reply to `reply_to`, every part is in the thread of `thread_root`.
+    /// `txn_id` is the key of the parts' transaction ids (part `i` is `{txn_id}-{i}`),
+    /// so a retried call sends each part at most once.
+    Message {
+        room: RoomId,
+        parts: Vec<AgentText>,
+        reply_to: Option<EventId>,
+        thread_root: Option<EventId>,
+        txn_id: String,
+    },
+    /// An `m.replace` of `original` (`edit_message`). `original_sender` is the
+    /// original's `sender`, as the server fetched it.
+    Edit {
+        room: RoomId,
+        original: EventId,
+        original_sender: UserId,
+        text: AgentText,
+    },
+    /// An `m.reaction` (`m.annotation` of `relates_to` with `key`; `send_reaction`).
+    Reaction {
+        room: RoomId,
+        relates_to: EventId,
+        key: String,
+    },
+    /// An `m.room.redaction` of `redacts` (`redact`), with an optional reason.
+    Redaction {
+        room: RoomId,
+        redacts: EventId,
+        reason: Option<String>,
+    },
+    /// An `m.read` receipt on `event_id` (`acknowledge` with `receipt: true`). A
+    /// receipt marks what the agent read; it changes no event, so a prompt may be
+    /// its target.
+    Receipt { room: RoomId, event_id: EventId },
+    /// Join a room by id or alias (`join_room`).
+    Join { room: String },
+    /// Leave a joined room (`leave_room`).
+    Leave { room: RoomId },
+    /// Invite `user` to a joined room (`invite`).
+    Invite { room: RoomId, user: UserId },
+}
+
+impl AgentWrite {
+    /// Every text the write puts into Matrix, where a person could read it.
+    pub fn texts(&self) -> Vec<&str> {
+        match self {
+            AgentWrite::Message { parts, .. } => parts.iter().flat_map(AgentText::fields).collect(),
+            AgentWrite::Edit { text, .. } => text.fields().collect(),
+            AgentWrite::Reaction { key, .. } => vec![key],
+            AgentWrite::Redaction { reason, .. } => reason.iter().map(String::as_str).collect(),
+            AgentWrite::Receipt { .. }
+            | AgentWrite::Join { .. }
+            | AgentWrite::Leave { .. }
+            | AgentWrite::Invite { .. } => Vec::new(),
+        }
+    }
+
+    /// The events the write edits, redacts, reacts to, replies to or threads on.
+    pub fn targets(&self) -> Vec<&EventId> {
+        match self {
+            AgentWrite::Message {
+                reply_to,
+                thread_root,
+                ..
+            } => reply_to.iter().chain(thread_root.iter()).collect(),
+            AgentWrite::Edit { original, .. } => vec![original],
+            AgentWrite::Reaction { relates_to, .. } => vec![relates_to],
+            AgentWrite::Redaction { redacts, .. } => vec![redacts],
+            AgentWrite::Receipt { .. }
+            | AgentWrite::Join { .. }
+            | AgentWrite::Leave { .. }
+            | AgentWrite::Invite { .. } => Vec::new(),
+        }
+    }
+
+    /// The tool's name for the write, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentWrite::Message { .. } => "message",
+            AgentWrite::Edit { .. } => "edit",
+            AgentWrite::Reaction { .. } => "reaction",
+            AgentWrite::Redaction { .. } => "redaction",
+            AgentWrite::Receipt { .. } => "receipt",
+            AgentWrite::Join { .. } => "join",
+            AgentWrite::Leave { .. } => "leave",
+            AgentWrite::Invite { .. } => "invite",
+        }
+    }
+}
+
+impl AgentText {
+    fn fields(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.body.as_str()).chain(self.formatted_body.as_deref())
+    }
+}
+
+/// The first of `ids` that `text` names, read as a person reads it, if any.
+///
+/// A word names an id when it looks like it. The text is read three ways, and any
+/// of them counts: as it is; without its HTML tags (a client renders
+/// `<b>ab</b>cde` as one word); and also without Markdown's emphasis marks
+/// (`**ab**cde`). Each reading has its HTML entities decoded (`&#97;bcde`), the
+/// code points that render as nothing removed (format characters such as U+200B
+/// ZERO WIDTH SPACE, variation selectors, tags), is lower-cased and taken through
+/// the confusable skeleton of Unicode Technical Standard #39 ("Confusable
+/// Detection"), so `ABCDE`, `a\u{200B}bcde`, full-width `ａｂｃｄｅ` and Cyrillic
+/// `аbcde` all name `abcde`. Words are runs of alphanumeric characters: `xabcde`
+/// does not name `abcde`. A false match only refuses a write; a missed one could
+/// let an imitation of a prompt be answered, so the readings err towards matching.
+pub fn names_request_id<'a>(text: &str, ids: &'a [RequestId]) -> Option<&'a RequestId> {
+    if ids.is_empty() {
+        return None;
+    }
+    let wanted: Vec<String> = ids.iter().map(|id| skeleton(id.as_str())).collect();
+    let untagged = strip_tags(text);
+    let unmarked: String = untagged
+        .chars()
+        .filter(|c| !matches!(c, '*' | '_' | '~' | '`'))
+        .collect();
+    let found = [text, untagged.as_str(), unmarked.as_str()]
+        .into_iter()
+        .find_map(|reading| {
+            let seen = skeleton(&html_escape::decode_html_entities(reading));
+            let found = seen
+                .split(|c: char| !c.is_alphanumeric())
+                .find_map(|word| wanted.iter().position(|w| *w == word));
+            found
+        });
+    found.map(|i| &ids[i])
+}
+
+/// `text` without anything from a `<` to the next `>` (an unclosed `<` keeps the rest).
+fn strip_tags(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        match rest[open..].find('>') {
+            Some(close) => rest = &rest[open + close + 1..],
+            None => {
+                out.push_str(&rest[open..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Lower case, without invisible code points, through the UTS #39 skeleton.
+fn skeleton(text: &str) -> String {
+    let visible: String = text
+        .chars()
+        .filter(|c| !is_default_ignorable(*c))
+        .flat_map(char::to_lowercase)
+        .collect();
+    unicode_security::confusable_detection::skeleton(&visible)
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Unicode's `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt): code points
+/// a renderer shows as nothing.
+fn is_default_ignorable(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F
+        | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F
+        | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFF8 | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A
+        | 0xE0000..=0xE0FFF)
+}
+
+/// A `https://matrix.to` link to `event_id` in `room` ([Appendices, "matrix.to
+/// navigation"]): the ids percent-encoded, all but unreserved characters and `!`.
+///
+/// [Appendices, "matrix.to navigation"]: https://spec.matrix.org/v1.16/appendices/#matrixto-navigation
+pub fn matrix_to(room: &RoomId, event_id: &EventId) -> String {
+    fn encode(s: &str, out: &mut String) {
+        for b in s.bytes() {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'!' => {
+                    out.push(b as char)
+                }
+                _ => out.push_str(&format!("%{b:02X}")),
+            }
+        }
+    }
+    let mut link = String::from("https://matrix.to/#/");
+    encode(room.as_str(), &mut link);
+    link.push('/');
+    encode(event_id.as_str(), &mut link);
+    link
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> Vec<RequestId> {
+        ["fghjk", "abcde"]
+            .into_iter()
+            .map(|s| RequestId::parse(s).unwrap())
+            .collect()
+    }
+
+    fn named(text: &str) -> Option<String> {
+        names_request_id(text, &ids()).map(|id| id.as_str().to_owned())
+    }
+
+    #[test]
+    fn a_text_names_an_id_as_a_whole_word_in_any_case() {
+        assert_eq!(named("Permission fghjk: ls").as_deref(), Some("fghjk"));
+        assert_eq!(named("reply YES ABCDE").as_deref(), Some("abcde"));
+        assert_eq!(named("(abcde)").as_deref(), Some("abcde"));
+        assert_eq!(named("abcdef fghj xabcde"), None);
+        assert_eq!(named("nothing here"), None);
+        assert_eq!(names_request_id("abcde", &[]), None);
+    }
+
+    #[test]
+    fn an_id_spelled_with_invisible_or_lookalike_characters_is_named() {
+        for text in [
+            "a\u{200B}bcde",
+            "ab\u{00AD}cde",
+            "abc\u{FE0F}de",
+            "\u{FF41}\u{FF42}\u{FF43}\u{FF44}\u{FF45}",
+            "\u{0430}bcde",
+            "&#97;bcde",
+            "<b>ab</b>cde",
+            "**ab**cde",
+            "<a href=x>ab</a>c<i>de</i>",
+        ] {
+            assert_eq!(named(text).as_deref(), Some("abcde"), "{text:?}");
+        }
+        // An unclosed tag hides nothing after it.
+        assert_eq!(named("a < b abcde").as_deref(), Some("abcde"));
+        assert_eq!(named("<p>ok</p> fghj"), None);
+    }
+
+    #[test]
+    fn every_id_letter_has_an_alphanumeric_skeleton() {
+        for c in crate::verdict::REQUEST_ID_ALPHABET.chars() {
+            let s = skeleton(&c.to_string());
+            assert!(
+                !s.is_empty() && s.chars().all(char::is_alphanumeric),
+                "{c}: {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_matrix_to_link_encodes_the_ids() {
+        assert_eq!(
+            matrix_to(&RoomId("!r:hs".into()), &EventId("$e/1:hs".into())),
+            "https://matrix.to/#/!r%3Ahs/%24e%2F1%3Ahs"
+        );
+    }
+
+    #[test]
+    fn texts_and_targets_are_every_field_of_the_write() {
+        let room = RoomId("!r:hs".into());
+        let e = |s: &str| EventId(s.into());
+        let message = AgentWrite::Message {
+            room: room.clone(),
+            parts: vec![
+                AgentText {
+                    body: "a".into(),
+                    formatted_body: Some("<p>a</p>".into()),
+                },
+                AgentText::plain("b"),
+            ],
+            reply_to: Some(e("$r")),
+            thread_root: Some(e("$t")),
+            txn_id: "k".into(),
+        };
+        assert_eq!(message.texts(), ["a", "<p>a</p>", "b"]);
+        assert_eq!(message.targets(), [&e("$r"), &e("$t")]);
+        let redaction = AgentWrite::Redaction {
+            room: room.clone(),
+            redacts: e("$x"),
+            reason: Some("why".into()),
+        };
+        assert_eq!(redaction.texts(), ["why"]);
+        assert_eq!(redaction.targets(), [&e("$x")]);
+        let reaction = AgentWrite::Reaction {
+            room: room.clone(),
+            relates_to: e("$y"),
+            key: "k".into(),
+        };
+        assert_eq!(
+            (reaction.texts(), reaction.targets()),
+            (vec!["k"], vec![&e("$y")])
+        );
+        let receipt = AgentWrite::Receipt {
+            room,
+            event_id: e("$z"),
+        };
+        assert!(receipt.texts().is_empty() && receipt.targets().is_empty());
+    }
+}
