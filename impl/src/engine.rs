@@ -8,10 +8,12 @@
 //! until it is executed.
 
 use crate::store::Store;
+use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
-    Channel, ChannelNotification, Effect, EffectId, EventId, IdentityId, Input, Millis, Outcome,
-    PermissionVerdict, PromptText, RoomId, SessionId, SessionState,
+    AgentWrite, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId, EventId,
+    IdentityId, Input, Millis, Outcome, PermissionVerdict, PromptText, RoomId, SessionId,
+    SessionState,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -61,6 +63,22 @@ pub trait Wire: Send + Sync + 'static {
         in_reply_to: &EventId,
         text: &str,
     ) -> Result<(), String>;
+    /// Performs an agent's write that the model let through, exactly as given.
+    async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError>;
+    /// Sends an MCP logging message (`notifications/message`, level `warning`) to
+    /// one session.
+    async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String>;
+}
+
+/// How the model answered an agent's write ([`EngineHandle::write`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteAnswer {
+    /// The model let it through and the homeserver took it.
+    Done(Written),
+    /// The model refused it (`Effect::WriteRefused`), for this reason.
+    Refused(DropReason),
+    /// The model let it through and performing it failed.
+    Failed(ToolError),
 }
 
 /// `notifications/claude/channel` params: `{"content": string, "meta": {string: string}}`.
@@ -93,6 +111,11 @@ pub fn now_ms() -> Millis {
 enum Command {
     Input(Box<Input>),
     Read(Box<dyn FnOnce(&Channel) + Send>),
+    Write {
+        identity: IdentityId,
+        write: Box<AgentWrite>,
+        answer: oneshot::Sender<WriteAnswer>,
+    },
 }
 
 /// A handle to the engine task; cheap to clone.
@@ -108,6 +131,26 @@ impl EngineHandle {
         self.tx
             .send(Command::Input(Box::new(input)))
             .map_err(|_| EngineStopped)
+    }
+
+    /// Hands an agent's write to the model as [`Input::AgentWrite`] and waits for its
+    /// answer: refused by the model, or performed by the wire (its outcome also goes
+    /// back to the model). The tool answers from this, never from the model's state.
+    /// Errors: the engine has stopped.
+    pub async fn write(
+        &self,
+        identity: IdentityId,
+        write: AgentWrite,
+    ) -> Result<WriteAnswer, EngineStopped> {
+        let (answer, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Write {
+                identity,
+                write: Box::new(write),
+                answer,
+            })
+            .map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
     }
 
     /// Reads the model's state after every input submitted before this call.
@@ -265,6 +308,8 @@ pub fn spawn<W: Wire, P: Persist>(
     let engine = Engine {
         tx: tx.clone(),
         posting: Default::default(),
+        calls: Default::default(),
+        next_call: 0,
         channel,
         wire,
         persist,
@@ -282,6 +327,9 @@ struct Engine<W, P> {
     tx: mpsc::UnboundedSender<Command>,
     /// Prompt posts being executed (their outcome clears the persisted record).
     posting: std::collections::BTreeSet<EffectId>,
+    /// Tool calls waiting for the model's answer to their write.
+    calls: std::collections::BTreeMap<CallId, oneshot::Sender<WriteAnswer>>,
+    next_call: u64,
     channel: Channel,
     wire: std::sync::Arc<W>,
     persist: P,
@@ -343,6 +391,21 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             match command {
                 Command::Input(input) => self.step(*input).await,
                 Command::Read(f) => f(&self.channel),
+                Command::Write {
+                    identity,
+                    write,
+                    answer,
+                } => {
+                    let call = CallId(self.next_call);
+                    self.next_call += 1;
+                    self.calls.insert(call, answer);
+                    let input = Input::AgentWrite {
+                        identity,
+                        call,
+                        write: *write,
+                    };
+                    self.step(input).await;
+                }
             }
         }
     }
@@ -444,6 +507,59 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 });
                 None
             }
+            Effect::Write {
+                id,
+                identity,
+                call,
+                write,
+            } => {
+                let answer = self.calls.remove(&call);
+                let wire = self.wire.clone();
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let result = wire.write(&identity, &write).await;
+                    let outcome = match &result {
+                        Ok(_) => Outcome::Sent,
+                        Err(e) => Outcome::Failed {
+                            reason: e.to_string(),
+                        },
+                    };
+                    tracing::info!(%identity, %call, write = write.kind(), ?outcome, "agent write");
+                    let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
+                    if let Some(answer) = answer {
+                        let _ = answer.send(match result {
+                            Ok(written) => WriteAnswer::Done(written),
+                            Err(e) => WriteAnswer::Failed(e),
+                        });
+                    }
+                });
+                None
+            }
+            Effect::WriteRefused {
+                identity,
+                call,
+                reason,
+            } => {
+                tracing::info!(%identity, %call, ?reason, "agent write refused");
+                if let Some(answer) = self.calls.remove(&call) {
+                    let _ = answer.send(WriteAnswer::Refused(reason));
+                }
+                None
+            }
+            Effect::LogMessage {
+                identity,
+                session,
+                message,
+            } => {
+                tracing::warn!(%identity, %session, "{message}");
+                let wire = self.wire.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = wire.log_message(&session, &message).await {
+                        tracing::warn!(%session, "sending a log message failed: {e}");
+                    }
+                });
+                None
+            }
             Effect::Decided {
                 identity,
                 session,
@@ -497,16 +613,19 @@ mod tests {
         Behavior, IdentityConfig, Message, MessageContent, MsgType, PermissionRequest, RequestId,
         UserId,
     };
+    // `DropReason` and the write types come from `super::*`.
     use std::sync::{Arc, Mutex};
 
     const ALICE: &str = "@alice:hs";
 
-    /// Records every wire call; fails notifications to sessions in `failing`.
+    /// Records every wire call; fails notifications to sessions in `failing`, and
+    /// agent writes while `write_fails` is set.
     #[derive(Default)]
     struct FakeWire {
         calls: Mutex<Vec<String>>,
         notified: Mutex<Vec<(String, String, Value)>>,
         failing: Mutex<Vec<String>>,
+        write_fails: Mutex<bool>,
     }
 
     #[async_trait]
@@ -564,6 +683,30 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(format!("notice {identity} {room} {in_reply_to}"));
+            Ok(())
+        }
+        async fn write(
+            &self,
+            identity: &IdentityId,
+            write: &AgentWrite,
+        ) -> Result<Written, ToolError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("write {identity} {}", write.kind()));
+            if *self.write_fails.lock().unwrap() {
+                return Err(ToolError::Upstream("the homeserver is down".into()));
+            }
+            Ok(Written {
+                event_ids: vec!["$written".into()],
+                room_id: None,
+            })
+        }
+        async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("log {session} {message}"));
             Ok(())
         }
     }
@@ -875,6 +1018,89 @@ mod tests {
         assert!(answerable, "the post's outcome reached the model");
         assert!(store.pending_posts().unwrap().is_empty());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn react(event_id: &str) -> AgentWrite {
+        AgentWrite::Reaction {
+            room: RoomId("!r:hs".into()),
+            relates_to: EventId(event_id.into()),
+            key: "👍".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_agent_write_is_answered_from_its_outcome_and_a_prompt_is_never_touched() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hi")).unwrap();
+        engine.submit(ask("s1", "abcde")).unwrap();
+        settle(&engine).await;
+        let answer = engine.write(id(), react("$prompt")).await.unwrap();
+        assert_eq!(answer, WriteAnswer::Refused(DropReason::PromptTarget));
+        let answer = engine.write(id(), react("$m1")).await.unwrap();
+        assert_eq!(
+            answer,
+            WriteAnswer::Done(Written {
+                event_ids: vec!["$written".into()],
+                room_id: None
+            })
+        );
+        *wire.write_fails.lock().unwrap() = true;
+        let answer = engine.write(id(), react("$m1")).await.unwrap();
+        assert_eq!(
+            answer,
+            WriteAnswer::Failed(ToolError::Upstream("the homeserver is down".into()))
+        );
+        settle(&engine).await;
+        let writes: Vec<String> = wire
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.starts_with("write"))
+            .cloned()
+            .collect();
+        assert_eq!(writes, ["write bot reaction", "write bot reaction"]);
+        assert_eq!(
+            engine.read(|c| c.in_flight()).await.unwrap(),
+            0,
+            "both outcomes went back to the model"
+        );
+        let refused = engine
+            .write(IdentityId("nobody".into()), react("$m1"))
+            .await
+            .unwrap();
+        assert_eq!(refused, WriteAnswer::Refused(DropReason::UnknownIdentity));
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_permission_request_is_told_to_its_session_and_posts_nothing() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine
+            .submit(Input::InvalidPermissionRequest {
+                identity: id(),
+                session: SessionId("s1".into()),
+                error: "request_id: bad".into(),
+            })
+            .unwrap();
+        let mut calls = Vec::new();
+        for _ in 0..50 {
+            settle(&engine).await;
+            calls = wire.calls.lock().unwrap().clone();
+            if !calls.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert!(
+            calls[0].starts_with(
+                "log s1 matrix-channel did not relay a permission_request: request_id: bad."
+            ),
+            "{calls:?}"
+        );
     }
 
     #[test]

@@ -74,6 +74,10 @@ pub struct Caller {
 pub struct Peers {
     inner: Arc<Mutex<HashMap<String, Peer<RoleServer>>>>,
     registered: Arc<tokio::sync::Notify>,
+    /// `logging/setLevel` of each session that sent one (MCP "Logging"; deprecated
+    /// by SEP-2577 after 2025-11-25, the newest revision this server negotiates).
+    #[allow(deprecated)]
+    levels: Arc<Mutex<HashMap<String, rmcp::model::LoggingLevel>>>,
 }
 
 impl Peers {
@@ -109,6 +113,31 @@ impl Peers {
 
     pub fn remove(&self, session: &str) {
         self.lock().remove(session);
+        self.levels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session);
+    }
+
+    /// Records the lowest level of log messages `session` asked for.
+    #[allow(deprecated)]
+    pub fn set_log_level(&self, session: &str, level: rmcp::model::LoggingLevel) {
+        self.levels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.to_string(), level);
+    }
+
+    /// Whether `session` takes `warning` messages: yes unless it set a level above
+    /// `warning` (MCP's levels are syslog's, `debug` lowest).
+    #[allow(deprecated)]
+    pub fn takes_warnings(&self, session: &str) -> bool {
+        use rmcp::model::LoggingLevel::*;
+        let levels = self.levels.lock().unwrap_or_else(|e| e.into_inner());
+        !matches!(
+            levels.get(session),
+            Some(Error | Critical | Alert | Emergency)
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<RoleServer>>> {

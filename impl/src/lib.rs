@@ -8,3 +8,4 @@ pub mod matrix;
 pub mod mcp;
 pub mod server;
 pub mod store;
+pub mod write;

@@ -11,6 +11,7 @@ use crate::http::{
 use crate::matrix::{self, Identity};
 use crate::mcp::{App, McpServer};
 use crate::store::{Store, StoreLock};
+use crate::write::{ToolError, Written};
 use anyhow::{anyhow, Context as _};
 use async_trait::async_trait;
 use matrix_sdk::ruma::events::relation::{InReplyTo, Reply};
@@ -19,8 +20,10 @@ use matrix_sdk::ruma::events::room::message::{
 };
 use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId};
 use matrix_sdk::{Room, RoomState};
-use mc_model::{Channel, EventId, IdentityId, PromptText, RoomId, SessionId};
+use mc_model::{AgentWrite, Channel, EventId, IdentityId, PromptText, RoomId, SessionId};
 use rmcp::model::{CustomNotification, ServerNotification};
+#[allow(deprecated)] // MCP logging: SEP-2577 deprecates it after 2025-11-25, our newest.
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
@@ -109,6 +112,33 @@ impl Wire for LiveWire {
         let content = notice_content(&event_id(in_reply_to)?, text);
         room.send(content).await.map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError> {
+        let identity = self
+            .identities
+            .get(identity.as_str())
+            .ok_or_else(|| ToolError::Upstream(format!("unknown identity {identity}")))?;
+        crate::write::perform(identity, write).await
+    }
+
+    #[allow(deprecated)]
+    async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
+        if !self.peers.takes_warnings(session.as_str()) {
+            return Ok(());
+        }
+        let peer = self
+            .peers
+            .get(session.as_str())
+            .ok_or_else(|| format!("session {session} has no peer"))?;
+        let params = LoggingMessageNotificationParam::new(
+            LoggingLevel::Warning,
+            Value::String(message.to_string()),
+        )
+        .with_logger("matrix-channel");
+        peer.notify_logging_message(params)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

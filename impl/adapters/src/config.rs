@@ -908,9 +908,9 @@ impl Walk<'_> {
         None
     }
 
-    /// The rules between keys of one identity: [`IdentityConfig::validate`] (every
-    /// violation, not only the first) and the settle window inside the prompt's
-    /// lifetime.
+    /// The rules between keys of one identity: [`IdentityConfig::validate`], every
+    /// violation and not only the first (the model's rules are the only ones: the
+    /// settle window inside the prompt's lifetime is among them).
     fn check_identity(&mut self, path: &str, dict: &Dict, settings: &IdentitySettings) -> bool {
         let before = self.issues.len();
         let mut config = settings.model_config();
@@ -953,7 +953,9 @@ impl Walk<'_> {
                 ConfigError::Zero(field) => {
                     let key = match *field {
                         "prompt_ttl_ms" => {
-                            config.prompt_ttl_ms = 1;
+                            // Reported once: a zero lifetime is not also a settle
+                            // window too long for it.
+                            config.prompt_ttl_ms = mc_model::Millis::MAX;
                             "prompt_ttl_secs"
                         }
                         "settle_ms" => {
@@ -978,6 +980,19 @@ impl Walk<'_> {
                     };
                     (at, dict.get(key), "must be greater than zero".to_owned())
                 }
+                ConfigError::SettleNotShorterThanTtl { .. } => {
+                    // The last rule `validate` checks: nothing follows it.
+                    rounds = 0;
+                    (
+                        format!("{path}.settle_ms"),
+                        dict.get("settle_ms").or(dict.get("prompt_ttl_secs")),
+                        format!(
+                            "{} ms is not less than prompt_ttl_secs ({} s): a verdict by \
+                             reaction could never settle before the prompt expires",
+                            settings.settle_ms, settings.prompt_ttl_secs
+                        ),
+                    )
+                }
             };
             self.issues.push(ConfigIssue {
                 path: at,
@@ -987,19 +1002,6 @@ impl Walk<'_> {
             if rounds == 0 {
                 break;
             }
-        }
-        let ttl_ms = settings.prompt_ttl_secs.saturating_mul(1000);
-        if ttl_ms > 0 && settings.settle_ms >= ttl_ms {
-            let at = format!("{path}.settle_ms");
-            self.issue(
-                &at,
-                dict.get("settle_ms").or(dict.get("prompt_ttl_secs")),
-                format!(
-                    "{} ms is not less than prompt_ttl_secs ({} s): a verdict by reaction \
-                     could never settle before the prompt expires",
-                    settings.settle_ms, settings.prompt_ttl_secs
-                ),
-            );
         }
         self.issues.len() == before
     }

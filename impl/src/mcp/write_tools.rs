@@ -1,0 +1,477 @@
+//! The tools that write to Matrix as the identity. Each one checks its arguments,
+//! builds one [`AgentWrite`] with every field the event will carry, and hands it to
+//! the model through [`McpServer::write`]: the model refuses it or lets it through
+//! (`mc_model::agent`), and the tool answers from what happened. None of them calls
+//! matrix-sdk to send (the source test in `mcp/mod.rs` holds that); `write.rs`
+//! performs what the model let through.
+
+use super::read_tools::parse_event;
+use super::{McpServer, ToolResult};
+use crate::split;
+use crate::write::{joined, markdown_text, matrix_error, upstream, ToolError};
+use matrix_sdk::ruma::events::room::message::RoomMessageEventContentWithoutRelation;
+use matrix_sdk::ruma::{OwnedEventId, OwnedUserId, TransactionId};
+use matrix_sdk::Room;
+use mc_model::{AgentWrite, EventId, IdentityId, Input, RoomId, SessionId, UserId};
+use rmcp::handler::server::tool::Extension;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::{tool, tool_router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// The largest `content` of one sent message, in bytes of JSON. Matrix caps a whole
+/// event at 65,536 bytes, envelope, hashes and signatures included (Synapse answers
+/// `413 M_TOO_LARGE`); a few KB are left for those and for a relation.
+pub(super) const MAX_CONTENT_BYTES: usize = 60_000;
+
+/// The same in an encrypted room (or one whose encryption is not known yet): the
+/// ciphertext is base64 (4/3) of the encrypted JSON, plus the megolm fields.
+pub(super) const MAX_ENCRYPTED_CONTENT_BYTES: usize = 42_000;
+
+/// A part is never cut below this size: its content cannot then exceed the budgets.
+const MIN_FIT_BYTES: usize = 1_000;
+
+/// Splits `text` into parts whose content (the Markdown `body` and its HTML
+/// `formatted_body`, as JSON) fits in `budget` bytes. `split::split_body` bounds the
+/// Markdown only, and the HTML of short paragraphs or of escaped characters is
+/// longer than its source: a part whose content is too large is split again at half
+/// the size, until it fits. Deterministic: the same text gives the same parts (the
+/// transaction ids of a retry depend on it).
+pub(super) fn fit_parts(text: &str, budget: usize) -> Vec<String> {
+    let mut todo: Vec<(String, usize)> = split::split_body(text, split::DEFAULT_PART_BYTES)
+        .into_iter()
+        .rev()
+        .map(|part| (part, split::DEFAULT_PART_BYTES))
+        .collect();
+    let mut parts = Vec::new();
+    while let Some((part, size)) = todo.pop() {
+        let content = RoomMessageEventContentWithoutRelation::text_markdown(&part);
+        let bytes = serde_json::to_vec(&content).map_or(usize::MAX, |v| v.len());
+        if bytes <= budget || size <= MIN_FIT_BYTES {
+            parts.push(part);
+            continue;
+        }
+        let half = (size.min(part.len()) / 2).max(MIN_FIT_BYTES);
+        todo.extend(
+            split::split_body(&part, half)
+                .into_iter()
+                .rev()
+                .map(|p| (p, half)),
+        );
+    }
+    parts
+}
+
+/// The thread `event_id` is in (its `m.thread` root), if any: a reply to a thread
+/// message stays in that thread, as Element's replies do. Errors: `not_found` when
+/// the homeserver does not know the event.
+async fn thread_of(
+    room: &Room,
+    event_id: &OwnedEventId,
+) -> Result<Option<OwnedEventId>, ToolError> {
+    let event = room.event(event_id, None).await.map_err(|e| {
+        ToolError::NotFound(format!(
+            "reply_to {event_id}: {}",
+            matrix_error(e).message()
+        ))
+    })?;
+    let relates = event
+        .raw()
+        .get_field::<Value>("content")
+        .ok()
+        .flatten()
+        .and_then(|c| c.get("m.relates_to").cloned());
+    Ok(relates
+        .filter(|r| r["rel_type"] == "m.thread")
+        .and_then(|r| r["event_id"].as_str().map(str::to_owned))
+        .and_then(|root| OwnedEventId::try_from(root).ok()))
+}
+
+fn model_event(id: &OwnedEventId) -> EventId {
+    EventId(id.to_string())
+}
+
+fn model_room(room: &Room) -> RoomId {
+    RoomId(room.room_id().to_string())
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct SendMessageArgs {
+    pub room_id: String,
+    /// Markdown. Over about 32 KB it is sent as several events, split on paragraphs.
+    pub text: String,
+    /// Reply to this event (a rich reply; in a thread, a reply within the thread).
+    pub reply_to: Option<String>,
+    /// Post in the thread rooted at this event.
+    pub thread_root: Option<String>,
+    /// An idempotency key: the same key sends each part at most once, across retries.
+    pub txn_id: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct EditArgs {
+    pub room_id: String,
+    /// One of the identity's own messages.
+    pub event_id: String,
+    /// The new text, markdown.
+    pub text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct ReactionArgs {
+    pub room_id: String,
+    pub event_id: String,
+    /// The reaction key, for instance 👍.
+    pub key: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct RedactArgs {
+    pub room_id: String,
+    pub event_id: String,
+    pub reason: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct AckArgs {
+    /// The event id from a `<channel>` tag's `event_id`.
+    pub event_id: String,
+    /// With `receipt: true`, also send a read receipt in this room.
+    pub room_id: Option<String>,
+    pub receipt: Option<bool>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct JoinArgs {
+    /// A room id or alias (`#room:server`).
+    pub room: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct InviteArgs {
+    pub room_id: String,
+    /// The MXID to invite.
+    pub user_id: String,
+}
+
+#[tool_router(router = write_tools, vis = "pub(super)")]
+impl McpServer {
+    #[tool(
+        description = "Send a markdown message (rendered to HTML). Optional reply_to (event id) and thread_root. Long text is split on paragraph boundaries into several events. Returns event_ids.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn send_message(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<SendMessageArgs>,
+    ) -> ToolResult {
+        self.run(&parts, "send_message", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let state = room.encryption_state();
+            let budget = if state.is_encrypted() || state.is_unknown() {
+                MAX_ENCRYPTED_CONTENT_BYTES
+            } else {
+                MAX_CONTENT_BYTES
+            };
+            let texts = fit_parts(&args.text, budget);
+            if texts.is_empty() {
+                return Err(ToolError::Invalid("text is empty".to_string()));
+            }
+            let reply_to = args.reply_to.as_deref().map(parse_event).transpose()?;
+            let mut thread_root = args.thread_root.as_deref().map(parse_event).transpose()?;
+            if let Some(target) = &reply_to {
+                let parent_thread = thread_of(&room, target).await?;
+                thread_root = thread_root.or(parent_thread);
+            }
+            let write = AgentWrite::Message {
+                room: model_room(&room),
+                parts: texts.iter().map(|t| markdown_text(t)).collect(),
+                reply_to: reply_to.as_ref().map(model_event),
+                thread_root: thread_root.as_ref().map(model_event),
+                txn_id: args
+                    .txn_id
+                    .clone()
+                    .unwrap_or_else(|| TransactionId::new().to_string()),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(json!({ "event_ids": written.event_ids }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Edit one of the identity's own messages (m.replace), never a permission prompt. Returns the edit's event_id.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn edit_message(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<EditArgs>,
+    ) -> ToolResult {
+        self.run(&parts, "edit_message", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let event_id = parse_event(&args.event_id)?;
+            if args.text.trim().is_empty() {
+                return Err(ToolError::Invalid("text is empty".to_string()));
+            }
+            let original = room.event(&event_id, None).await.map_err(matrix_error)?;
+            let sender = original
+                .raw()
+                .get_field::<OwnedUserId>("sender")
+                .ok()
+                .flatten()
+                .ok_or_else(|| ToolError::NotFound(format!("{event_id} has no sender")))?;
+            let write = AgentWrite::Edit {
+                room: model_room(&room),
+                original: model_event(&event_id),
+                original_sender: UserId(sender.to_string()),
+                text: markdown_text(&args.text),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(json!({ "event_id": written.event_ids.first() }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "React to an event with a key (an m.annotation, e.g. 👍), never to a permission prompt. Returns the reaction's event_id.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn send_reaction(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<ReactionArgs>,
+    ) -> ToolResult {
+        self.run(&parts, "send_reaction", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let event_id = parse_event(&args.event_id)?;
+            if args.key.is_empty() {
+                return Err(ToolError::Invalid("key is empty".to_string()));
+            }
+            let write = AgentWrite::Reaction {
+                room: model_room(&room),
+                relates_to: model_event(&event_id),
+                key: args.key.clone(),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(json!({ "event_id": written.event_ids.first() }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Redact (delete) an event: the identity's own (never a permission prompt), or another's where its power level allows. Returns the redaction's event_id.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn redact(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<RedactArgs>,
+    ) -> ToolResult {
+        self.run(&parts, "redact", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let event_id = parse_event(&args.event_id)?;
+            let write = AgentWrite::Redaction {
+                room: model_room(&room),
+                redacts: model_event(&event_id),
+                reason: args.reason.clone(),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(json!({ "event_id": written.event_ids.first() }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Acknowledge a pushed event (its <channel> event_id): it is never replayed to a session again. With receipt: true and room_id, also sends a read receipt. Returns acknowledged: false when the event was never pushed or queued for this identity (or the session is not this identity's).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn acknowledge(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<AckArgs>,
+    ) -> ToolResult {
+        // On /channel the ack names its session; on /mcp it is the identity's agent
+        // acknowledging outside any channel session.
+        let session = match self.mount {
+            crate::http::Mount::Channel => parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(|s| SessionId(s.to_string())),
+            crate::http::Mount::Tools => None,
+        };
+        self.run(&parts, "acknowledge", move |identity| async move {
+            let event_id = parse_event(&args.event_id)?;
+            let id = IdentityId(identity.name.clone());
+            let ev = model_event(&event_id);
+            self.app
+                .engine
+                .submit(Input::Acknowledge {
+                    identity: id.clone(),
+                    session,
+                    event_id: ev.clone(),
+                })
+                .map_err(upstream)?;
+            let known = self
+                .app
+                .engine
+                .read(move |c| {
+                    c.identity(&id).is_some_and(|s| {
+                        matches!(
+                            s.log_entry(&ev).map(|e| &e.record),
+                            Some(mc_model::Record::Pushed { acked: true, .. })
+                        )
+                    })
+                })
+                .await
+                .map_err(upstream)?;
+            let mut receipt = false;
+            if args.receipt == Some(true) {
+                let room_id = args
+                    .room_id
+                    .as_deref()
+                    .ok_or_else(|| ToolError::Invalid("receipt: true needs room_id".to_string()))?;
+                let room = joined(identity, room_id)?;
+                let write = AgentWrite::Receipt {
+                    room: model_room(&room),
+                    event_id: model_event(&event_id),
+                };
+                self.write(identity, write).await?;
+                receipt = true;
+            }
+            Ok(json!({ "acknowledged": known, "receipt": receipt }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Join a room by id or alias. Returns room_id.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn join_room(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<JoinArgs>,
+    ) -> ToolResult {
+        self.run(&parts, "join_room", move |identity| async move {
+            matrix_sdk::ruma::OwnedRoomOrAliasId::try_from(args.room.as_str())
+                .map_err(|e| ToolError::Invalid(format!("room {:?}: {e}", args.room)))?;
+            let write = AgentWrite::Join {
+                room: args.room.clone(),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(json!({ "room_id": written.room_id }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Leave a joined room (never the room of a pending permission prompt).",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn leave_room(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<super::read_tools::RoomArg>,
+    ) -> ToolResult {
+        self.run(&parts, "leave_room", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let write = AgentWrite::Leave {
+                room: model_room(&room),
+            };
+            self.write(identity, write).await?;
+            Ok(json!({ "left": args.room_id }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Invite a user (MXID) to a joined room.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn invite(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<InviteArgs>,
+    ) -> ToolResult {
+        self.run(&parts, "invite", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let user = OwnedUserId::try_from(args.user_id.as_str())
+                .map_err(|e| ToolError::Invalid(format!("user_id {:?}: {e}", args.user_id)))?;
+            let write = AgentWrite::Invite {
+                room: model_room(&room),
+                user: UserId(user.to_string()),
+            };
+            self.write(identity, write).await?;
+            Ok(json!({ "invited": user }))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_text_of_short_paragraphs_is_cut_into_parts_whose_content_fits_the_budget() {
+        let text: Vec<String> = (0..1400)
+            .map(|i| format!("Paragraph {i:05}: the quick brown fox & the <lazy> dog."))
+            .collect();
+        let text = text.join("\n\n");
+        for budget in [MAX_CONTENT_BYTES, MAX_ENCRYPTED_CONTENT_BYTES] {
+            let parts = fit_parts(&text, budget);
+            assert!(parts.len() > 1);
+            for part in &parts {
+                let content = RoomMessageEventContentWithoutRelation::text_markdown(part);
+                let bytes = serde_json::to_vec(&content).unwrap().len();
+                assert!(bytes <= budget, "{bytes} > {budget}");
+            }
+            assert_eq!(parts.join("\n\n"), text);
+        }
+        assert_eq!(fit_parts("short", MAX_CONTENT_BYTES), vec!["short"]);
+        assert!(fit_parts(" \n ", MAX_CONTENT_BYTES).is_empty());
+    }
+}
