@@ -13,7 +13,6 @@ use async_trait::async_trait;
 use mc_model::{
     AgentWrite, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId, EventId,
     IdentityId, Input, Millis, Outcome, PermissionVerdict, PromptText, RoomId, SessionId,
-    SessionState,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -173,26 +172,9 @@ impl EngineHandle {
 #[error("the engine has stopped")]
 pub struct EngineStopped;
 
-/// A prompt post being executed: what a restart needs to finish it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingPost {
-    pub id: EffectId,
-    pub identity: IdentityId,
-    pub room: RoomId,
-    pub text: PromptText,
-}
-
 /// Where the engine keeps its state between transitions.
 pub trait Persist: Send + Sync + 'static {
     fn save(&mut self, channel: &Channel);
-    /// A prompt post started; kept until its outcome is handled.
-    fn post_started(&mut self, _post: &PendingPost) {}
-    /// A prompt post's outcome was handled.
-    fn post_finished(&mut self, _id: EffectId) {}
-    /// The posts that were being executed when the previous process stopped.
-    fn pending_posts(&self) -> Vec<PendingPost> {
-        Vec::new()
-    }
 }
 
 /// Persists into the server's database, skipping writes when nothing changed.
@@ -211,42 +193,6 @@ impl StorePersist {
 }
 
 impl Persist for StorePersist {
-    fn post_started(&mut self, post: &PendingPost) {
-        if let Err(e) = self.store.save_pending_post(
-            post.id.0,
-            post.identity.as_str(),
-            post.room.as_str(),
-            &post.text.plain,
-            &post.text.html,
-        ) {
-            tracing::error!("recording a prompt post failed: {e}");
-        }
-    }
-
-    fn post_finished(&mut self, id: EffectId) {
-        if let Err(e) = self.store.delete_pending_post(id.0) {
-            tracing::error!("clearing a prompt post failed: {e}");
-        }
-    }
-
-    fn pending_posts(&self) -> Vec<PendingPost> {
-        match self.store.pending_posts() {
-            Ok(rows) => rows
-                .into_iter()
-                .map(|(id, identity, room, plain, html)| PendingPost {
-                    id: EffectId(id),
-                    identity: IdentityId(identity),
-                    room: RoomId(room),
-                    text: PromptText { plain, html },
-                })
-                .collect(),
-            Err(e) => {
-                tracing::error!("reading prompt posts failed: {e}");
-                Vec::new()
-            }
-        }
-    }
-
     fn save(&mut self, channel: &Channel) {
         match serde_json::to_string(channel) {
             Ok(json) if json != self.last => match self.store.save_model(&json) {
@@ -266,38 +212,10 @@ impl Persist for NoPersist {
     fn save(&mut self, _: &Channel) {}
 }
 
-/// The inputs a restart owes the model: every effect that was in flight failed with
-/// the old process, except the prompt posts in `resumed` (they are executed again with
-/// the same transaction id: if the old process's post reached the homeserver, it
-/// answers with the same event id), and every session that was live is detached
-/// until its stream opens again.
-pub fn restart_inputs(channel: &Channel, resumed: &[EffectId]) -> Vec<Input> {
-    let mut inputs: Vec<Input> = channel
-        .in_flight_ids()
-        .into_iter()
-        .filter(|id| !resumed.contains(id))
-        .map(|id| Input::Completed {
-            id,
-            outcome: Outcome::Failed {
-                reason: "the server restarted".to_string(),
-            },
-        })
-        .collect();
-    for (identity, state) in channel.identities() {
-        for (session, s) in state.sessions() {
-            if *s == SessionState::Live {
-                inputs.push(Input::Detach {
-                    identity: identity.clone(),
-                    session: session.clone(),
-                });
-            }
-        }
-    }
-    inputs
-}
-
 /// Starts the engine task. `clock` gives the model's time (milliseconds). The
-/// engine first settles what a previous process left: see [`restart_inputs`].
+/// engine's first input is [`Input::Restarted`]: the model itself settles what a
+/// previous process left (it re-issues prompt posts, fails the rest, detaches
+/// sessions).
 pub fn spawn<W: Wire, P: Persist>(
     channel: Channel,
     wire: std::sync::Arc<W>,
@@ -307,7 +225,6 @@ pub fn spawn<W: Wire, P: Persist>(
     let (tx, rx) = mpsc::unbounded_channel();
     let engine = Engine {
         tx: tx.clone(),
-        posting: Default::default(),
         calls: Default::default(),
         next_call: 0,
         channel,
@@ -317,7 +234,7 @@ pub fn spawn<W: Wire, P: Persist>(
     };
     let task = tokio::spawn(async move {
         let mut engine = engine;
-        engine.recover().await;
+        engine.step(Input::Restarted).await;
         engine.run(rx).await
     });
     (EngineHandle { tx }, task)
@@ -325,8 +242,6 @@ pub fn spawn<W: Wire, P: Persist>(
 
 struct Engine<W, P> {
     tx: mpsc::UnboundedSender<Command>,
-    /// Prompt posts being executed (their outcome clears the persisted record).
-    posting: std::collections::BTreeSet<EffectId>,
     /// Tool calls waiting for the model's answer to their write.
     calls: std::collections::BTreeMap<CallId, oneshot::Sender<WriteAnswer>>,
     next_call: u64,
@@ -337,41 +252,18 @@ struct Engine<W, P> {
 }
 
 impl<W: Wire, P: Persist> Engine<W, P> {
-    /// Finishes the previous process's prompt posts and fails or detaches the rest.
-    async fn recover(&mut self) {
-        let in_flight = self.channel.in_flight_ids();
-        let posts: Vec<PendingPost> = self.persist.pending_posts();
-        let mut resumed = Vec::new();
-        for post in posts {
-            if in_flight.contains(&post.id) {
-                resumed.push(post.id);
-                self.posting.insert(post.id);
-                self.spawn_post(post);
-            } else {
-                self.persist.post_finished(post.id);
-            }
-        }
-        for input in restart_inputs(&self.channel, &resumed) {
-            self.step(input).await;
-        }
-    }
-
-    fn spawn_post(&self, post: PendingPost) {
+    /// Posts a prompt in a task. The transaction id is the effect's id, so the
+    /// post the model re-issues after a restart is the same transaction.
+    fn spawn_post(&self, id: EffectId, identity: IdentityId, room: RoomId, text: PromptText) {
         let wire = self.wire.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let txn_id = format!("mc-prompt-{}", post.id.0);
-            let outcome = match wire
-                .post_prompt(&post.identity, &post.room, &post.text, &txn_id)
-                .await
-            {
+            let txn_id = format!("mc-prompt-{}", id.0);
+            let outcome = match wire.post_prompt(&identity, &room, &text, &txn_id).await {
                 Ok(event_id) => Outcome::Posted { event_id },
                 Err(reason) => Outcome::Failed { reason },
             };
-            let _ = tx.send(Command::Input(Box::new(Input::Completed {
-                id: post.id,
-                outcome,
-            })));
+            let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
         });
     }
 
@@ -416,11 +308,6 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         let mut pending = std::collections::VecDeque::from([input]);
         while let Some(input) = pending.pop_front() {
             tracing::debug!(?input, "input");
-            if let Input::Completed { id, .. } = &input {
-                if self.posting.remove(id) {
-                    self.persist.post_finished(*id);
-                }
-            }
             let effects = self.channel.handle((self.clock)(), input);
             self.persist.save(&self.channel);
             for effect in effects {
@@ -468,15 +355,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 request_id: _,
                 text,
             } => {
-                let post = PendingPost {
-                    id,
-                    identity,
-                    room,
-                    text,
-                };
-                self.persist.post_started(&post);
-                self.posting.insert(id);
-                self.spawn_post(post);
+                self.spawn_post(id, identity, room, text);
                 None
             }
             Effect::EditPrompt {
@@ -611,7 +490,7 @@ mod tests {
     use super::*;
     use mc_model::{
         Behavior, IdentityConfig, Message, MessageContent, MsgType, PermissionRequest, RequestId,
-        UserId,
+        SessionState, UserId,
     };
     // `DropReason` and the write types come from `super::*`.
     use std::sync::{Arc, Mutex};
@@ -916,55 +795,11 @@ mod tests {
         assert_eq!(prompts, 0);
     }
 
-    #[test]
-    fn a_restart_fails_what_was_in_flight_and_detaches_live_sessions() {
-        let mut channel = channel();
-        channel.handle(clock(), attach("s1"));
-        channel.handle(clock(), attach("s2"));
-        channel.handle(
-            clock(),
-            Input::Detach {
-                identity: id(),
-                session: SessionId("s2".into()),
-            },
-        );
-        let effects = channel.handle(clock(), say("$m1", "hi"));
-        let pushed: Vec<EffectId> = effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Push { id, .. } => Some(*id),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(pushed.len(), 1);
-        let inputs = restart_inputs(&channel, &[]);
-        assert_eq!(
-            inputs,
-            [
-                Input::Completed {
-                    id: pushed[0],
-                    outcome: Outcome::Failed {
-                        reason: "the server restarted".into()
-                    }
-                },
-                Input::Detach {
-                    identity: id(),
-                    session: SessionId("s1".into())
-                },
-            ]
-        );
-        for input in inputs {
-            channel.handle(clock(), input);
-        }
-        let state = channel.identity(&id()).unwrap();
-        assert_eq!(state.queue().len(), 1, "the unsent push is queued again");
-        assert_eq!(channel.in_flight(), 0);
-    }
-
     #[tokio::test]
     async fn a_prompt_post_cut_by_a_restart_is_finished_with_the_same_txn_id() {
-        let dir = std::env::temp_dir().join(format!("mc-recover-{}", rand::random::<u64>()));
-        let store = Store::open(&dir).unwrap();
+        // The old process handled the request (the post is in flight in the saved
+        // state), then died before its outcome; a session was live and a push was
+        // in flight too.
         let mut channel = channel();
         channel.handle(clock(), attach("s1"));
         channel.handle(clock(), say("$m1", "hi"));
@@ -972,52 +807,45 @@ mod tests {
         let post = effects
             .iter()
             .find_map(|e| match e {
-                Effect::PostPrompt {
-                    id,
-                    identity,
-                    room,
-                    text,
-                    ..
-                } => Some(PendingPost {
-                    id: *id,
-                    identity: identity.clone(),
-                    room: room.clone(),
-                    text: text.clone(),
-                }),
+                Effect::PostPrompt { id, .. } => Some(*id),
                 _ => None,
             })
             .unwrap();
-        // The old process recorded the post, then died before its outcome.
-        StorePersist::new(store.clone()).post_started(&post);
-        // A stale record of a post the model no longer waits for is cleared.
-        StorePersist::new(store.clone()).post_started(&PendingPost {
-            id: EffectId(999),
-            ..post.clone()
-        });
-
-        let wire = Arc::new(FakeWire::default());
-        let (engine, _task) = spawn(
-            channel,
-            wire.clone(),
-            StorePersist::new(store.clone()),
-            clock,
+        channel.handle(clock(), say("$m2", "in flight"));
+        assert_eq!(
+            channel.in_flight(),
+            3,
+            "the first push, the post, the second push"
         );
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel, wire.clone(), NoPersist, clock);
         settle(&engine).await;
         assert_eq!(
             wire.calls.lock().unwrap().clone(),
-            [format!("post bot !r:hs mc-prompt-{}", post.id.0)]
+            [format!("post bot !r:hs mc-prompt-{}", post.0)]
         );
-        let answerable = engine
+        let (answerable, live, queued) = engine
             .read(|c| {
-                c.identity(&id()).unwrap().prompts()[0]
-                    .phase
-                    .is_answerable()
+                let s = c.identity(&id()).unwrap();
+                (
+                    s.prompts()[0].phase.is_answerable(),
+                    s.sessions()[&SessionId("s1".into())],
+                    s.queue().len(),
+                )
             })
             .await
             .unwrap();
         assert!(answerable, "the post's outcome reached the model");
-        assert!(store.pending_posts().unwrap().is_empty());
-        let _ = std::fs::remove_dir_all(dir);
+        assert_eq!(
+            live,
+            SessionState::Detached,
+            "the old process's stream is gone"
+        );
+        assert_eq!(queued, 2, "both pushes in flight went back to the queue");
+        assert!(
+            wire.notified.lock().unwrap().is_empty(),
+            "nothing was pushed"
+        );
     }
 
     fn react(event_id: &str) -> AgentWrite {

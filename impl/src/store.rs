@@ -111,9 +111,6 @@ pub struct TokenInfo {
     pub created_at: i64,
 }
 
-/// A prompt post being executed: `(effect id, identity, room, plain, html)`.
-pub type StoredPost = (u64, String, String, String, String);
-
 /// One stored SSE event (see [`crate::http::events`]).
 #[derive(Clone, Debug)]
 pub struct StoredEvent {
@@ -163,13 +160,9 @@ CREATE TABLE IF NOT EXISTS sse_events (
     retry_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS sse_events_stream ON sse_events (stream, id);
-CREATE TABLE IF NOT EXISTS pending_posts (
-    effect_id INTEGER PRIMARY KEY,
-    identity TEXT NOT NULL,
-    room TEXT NOT NULL,
-    plain TEXT NOT NULL,
-    html TEXT NOT NULL
-);
+-- The engine's own record of prompt posts, before the model re-issued them on a
+-- restart (Input::Restarted): no longer read.
+DROP TABLE IF EXISTS pending_posts;
 CREATE TABLE IF NOT EXISTS sse_streams (
     stream TEXT PRIMARY KEY,
     session TEXT NOT NULL
@@ -383,50 +376,6 @@ impl Store {
         tx.execute("DELETE FROM sse_streams WHERE session = ?1", params![id])?;
         tx.commit()?;
         Ok(())
-    }
-
-    /// Records a prompt post being executed (effect id, identity, room, plain, html),
-    /// so a restart can finish it with the same transaction id.
-    pub fn save_pending_post(
-        &self,
-        effect_id: u64,
-        identity: &str,
-        room: &str,
-        plain: &str,
-        html: &str,
-    ) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO pending_posts (effect_id, identity, room, plain, html)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![effect_id as i64, identity, room, plain, html],
-        )?;
-        Ok(())
-    }
-
-    pub fn delete_pending_post(&self, effect_id: u64) -> Result<(), StoreError> {
-        self.conn().execute(
-            "DELETE FROM pending_posts WHERE effect_id = ?1",
-            params![effect_id as i64],
-        )?;
-        Ok(())
-    }
-
-    /// Prompt posts that were being executed.
-    pub fn pending_posts(&self) -> Result<Vec<StoredPost>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT effect_id, identity, room, plain, html FROM pending_posts ORDER BY effect_id",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            Ok((
-                row.get::<_, i64>(0)? as u64,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Appends an SSE event and returns its id (unique across restarts). Keeps the last

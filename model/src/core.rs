@@ -281,9 +281,9 @@ impl Channel {
         self.in_flight.len()
     }
 
-    /// The ids of the effects waiting for an outcome, in issue order. A server that
-    /// restarts reports each as [`crate::Outcome::Failed`]: the process that would
-    /// have completed it is gone.
+    /// The ids of the effects waiting for an outcome, in issue order. (A server that
+    /// restarts says so with [`Input::Restarted`]; the core decides what becomes of
+    /// each.)
     pub fn in_flight_ids(&self) -> Vec<EffectId> {
         self.in_flight.keys().copied().collect()
     }
@@ -322,6 +322,10 @@ impl Channel {
         }
         let (identity, event) = match input {
             Input::Tick => return effects,
+            Input::Restarted => {
+                self.restarted(now, &mut effects);
+                return effects;
+            }
             Input::Completed { id, outcome } => {
                 match self.in_flight.remove(&id) {
                     Some(flight) => self.complete(now, id, flight, outcome, &mut effects),
@@ -399,6 +403,47 @@ impl Channel {
             Event::Write(call, write) => state.on_agent_write(call, write, &mut out),
         }
         effects
+    }
+
+    /// See [`Input::Restarted`]. Sessions are detached first, so what the failed
+    /// pushes carried goes back to the queue rather than to a stream that is gone.
+    fn restarted(&mut self, now: Millis, effects: &mut Vec<Effect>) {
+        for state in self.identities.values_mut() {
+            for session in state.sessions.values_mut() {
+                *session = SessionState::Detached;
+            }
+        }
+        let ids: Vec<EffectId> = self.in_flight.keys().copied().collect();
+        for id in ids {
+            match self.in_flight.get(&id) {
+                Some(InFlight::Post {
+                    identity,
+                    room,
+                    request,
+                    ..
+                }) => {
+                    let Some(state) = self.identities.get(identity) else {
+                        continue;
+                    };
+                    effects.push(Effect::PostPrompt {
+                        id,
+                        identity: identity.clone(),
+                        room: room.clone(),
+                        request_id: request.request_id.clone(),
+                        text: render_prompt(&state.config, request),
+                    });
+                }
+                Some(_) => {
+                    if let Some(flight) = self.in_flight.remove(&id) {
+                        let outcome = Outcome::Failed {
+                            reason: "the server restarted".to_owned(),
+                        };
+                        self.complete(now, id, flight, outcome, effects);
+                    }
+                }
+                None => {}
+            }
+        }
     }
 
     fn complete(

@@ -80,6 +80,14 @@ pub enum Input {
     Completed { id: EffectId, outcome: Outcome },
     /// Only time passed. Timers that are due fire (they also fire before any input).
     Tick,
+    /// The server process that handled the inputs so far is gone and a new one has
+    /// loaded this state (the first input after a start). Every session that was
+    /// live is detached until its stream opens again; every prompt post in flight is
+    /// issued again with the same effect id (so the same transaction id: a homeserver
+    /// that took the old post answers with the same event id); every other effect in
+    /// flight failed with the old process (pushes go back to the queue, verdicts wait
+    /// for their session, agent writes are not retried: their tool call is gone).
+    Restarted,
 }
 
 /// How an effect that expects an outcome ended.
