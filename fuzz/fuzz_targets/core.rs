@@ -1,8 +1,8 @@
 //! The whole core: a sequence of ops over a small cast (two identities, three
 //! sessions, an approver, an allowed non-approver, a stranger, both bots, three
-//! rooms, three request ids, fresh event ids, a monotone clock) fed to
-//! `Channel::handle`, with the model's invariants checked after every step. The ops,
-//! the cast and every check are in `src/core_ops.rs`:
+//! rooms, three request ids, fresh event ids, a monotone clock, the agent's writes)
+//! fed to `Channel::handle`, with the model's invariants checked after every step.
+//! The ops, the cast and every check are in `src/core_ops.rs`:
 //!
 //! - every push goes to a live session attached to the same identity, of an event
 //!   that reached that identity from an allowed sender (never a stranger's or the
@@ -18,9 +18,24 @@
 //!   that asked, and delivered once;
 //! - prompts go to the permission room, or a room an allowed sender wrote in; a
 //!   prompt message shows a verdict only after the verdict was delivered;
+//! - a text verdict that replies to an event other than its prompt's message never
+//!   decides;
+//! - each agent write (message, edit, reaction, redaction, receipt, join, leave,
+//!   invite; texts from a table of request ids spelled plainly, in upper case, with
+//!   invisible, full-width or Cyrillic letters, inside HTML or Markdown, and innocent
+//!   texts) gets exactly one answer carrying its call, and nothing else happens; the
+//!   answer is the one the world's own reading of the rules allows: a write is never
+//!   performed on a message of a prompt the identity holds or surely still remembers,
+//!   nor with a text naming a request id it holds, nor as an edit of another's
+//!   message, nor as a leave of a held prompt's room; a refusal is for a reason that
+//!   holds; the write performed is the one asked for; its outcome does nothing more;
+//! - an unreadable permission request is told to its session and dropped, and
+//!   nothing else happens;
 //! - effect ids are fresh and increasing; the clock never runs backwards; strangers'
 //!   and own events are dropped visibly; a stale outcome is dropped; a re-delivered
-//!   event acts no more; the settings never change; prompt and queue caps hold.
+//!   event acts no more; the settings (fuzzed before the first input: time to live,
+//!   settle window under it, prompt cap, prompt memory) never change; prompt and
+//!   queue caps hold.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -8,6 +8,12 @@
 //! the permission room `!rb`. Request ids `abcde`, `fghij`, `kmnop`. Event ids are
 //! fresh (`$eN`, prompts `$pN`); an op re-delivers an old event, as sync can.
 //!
+//! The agent's writes ([`Op::Write`]) aim at the same references as Matrix events
+//! ([`Ref`]), carry texts from [`SAID`] (request ids spelled plainly, in upper case,
+//! with invisible or look-alike characters, inside HTML or Markdown, and innocent
+//! texts), reaction keys or raw bytes, and are judged by the world's own reading of
+//! the rules (see [`World`]'s `agent_write`), never by the core's.
+//!
 //! The byte format is hand-written (an opcode byte, then fixed fields; strings are a
 //! length byte and bytes) so that [`encode`] can write seed inputs from real shapes;
 //! every byte string decodes to some ops.
@@ -17,10 +23,10 @@ use mc_model::classify::verdict_body;
 use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::parse_text_verdict;
 use mc_model::{
-    Attachment, Behavior, Channel, DropReason, Effect, EffectId, EventId, Gate, IdentityConfig,
-    IdentityId, Input, Message, MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome,
-    Parent, PermissionRequest, Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId,
-    RoomId, SessionId, SessionState, UserId, VerdictSource,
+    AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DropReason, Effect, EffectId,
+    EventId, Gate, IdentityConfig, IdentityId, Input, Message, MessageContent, MetaKey, Millis,
+    MsgType, NewContent, Outcome, Parent, PermissionRequest, Phase, Prompt, Reaction, Redaction,
+    Relation, ReplyTo, RequestId, RoomId, SessionId, SessionState, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -65,6 +71,69 @@ const KEYS: [&str; 9] = [
     "\u{274C}\u{FE0F}",
     "\u{1F600}",
     "+1",
+];
+/// What the agent joins: the cast's rooms by id, and an alias.
+const JOINS: [&str; 4] = [ROOMS[0], ROOMS[1], ROOMS[2], "#lobby:example.org"];
+/// Prompt time to live and settle window choices for [`Op::Settings`], ms (the settle
+/// window is cut to one ms under the time to live, so every setting is valid).
+const TTLS: [Millis; 4] = [TTL, 4_000, 30_000, 1_500];
+const SETTLES: [Millis; 4] = [SETTLE, 1, 700, 29_999];
+/// How many retired prompt messages each identity remembers unless [`Op::Settings`]
+/// says otherwise: small, so that the fuzzer sees prompts forgotten.
+pub const MEMORY: usize = 2;
+
+/// A text the agent may write, and the request ids (indices into the cast's ids
+/// `abcde`, `fghij`, `kmnop`) a person reads in it: `names` are the ones the core
+/// must see, `missed` the ones a person reads but the core's reading is known to
+/// miss (reported; see the entries). The world's oracle is this table, not
+/// `names_request_id`.
+pub struct Said {
+    pub text: &'static str,
+    pub names: &'static [usize],
+    pub missed: &'static [usize],
+}
+
+const fn said(text: &'static str, names: &'static [usize]) -> Said {
+    Said {
+        text,
+        names,
+        missed: &[],
+    }
+}
+
+pub const SAID: [Said; 18] = [
+    said("the build passed", &[]),
+    said("abcde", &[0]),
+    said("Permission request FGHIJ: approve it?", &[1]),
+    said("yes a\u{200B}bcde", &[0]),
+    said("\u{FF4B}\u{FF4D}\u{FF4E}\u{FF4F}\u{FF50}", &[2]),
+    said("<b>ab</b>cde", &[0]),
+    said("**fgh**ij", &[1]),
+    said("abcdef, xabcde and fghi are not ids", &[]),
+    said(
+        "\u{1F510} Permission request kmnop: Bash\n> rm -rf /\n\nReply yes kmnop or no kmnop",
+        &[2],
+    ),
+    said("abcde or fghij", &[0, 1]),
+    said("&#97;bcde", &[0]),
+    said("<p>see <code>kmnop</code></p>", &[2]),
+    said("ok", &[]),
+    said("\u{0430}bcde", &[0]),
+    said("Done: 3 files changed, tests pass.", &[]),
+    said("<i>FGH</i>\u{200D}IJ", &[1]),
+    // The core's reading takes the UTS #39 skeleton before it splits words, and the
+    // skeleton of `|` is `l` (of an em dash `ー`, a letter): a Markdown table cell
+    // `|abcde|` and `fghij—it` name no id for it, though a person reads one.
+    Said {
+        text: "| tool | id |\n|---|---|\n| Bash |abcde|",
+        names: &[],
+        missed: &[0],
+    },
+    Said {
+        text: "approve fghij\u{2014}it only lists files",
+        names: &[],
+        missed: &[1],
+    },
 ];
 
 /// An event a later op refers to: a prompt message (`0x80` set) or an earlier event,
@@ -121,6 +190,64 @@ pub enum To {
     A,
     B,
     Both,
+}
+
+/// A text the agent writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Txt {
+    /// An entry of [`SAID`].
+    Said(u8),
+    /// A reaction key of the cast's.
+    Key(u8),
+    /// Raw bytes: the world knows only that a refusal names an id held then.
+    Raw(String),
+}
+
+/// One text of a message: its `body` and maybe a `formatted_body`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub body: Txt,
+    pub html: Option<Txt>,
+}
+
+/// An agent's write, by kind (see `mc_model::AgentWrite`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// In the room of `reply_to` if there is one, else `room`.
+    Message {
+        room: u8,
+        parts: Vec<Part>,
+        reply_to: Option<Ref>,
+        thread_root: Option<Ref>,
+    },
+    /// `sender` is the original's sender as the server fetched it: 0..=4 one of the
+    /// cast, 5 and above the sender the world knows (a prompt's is its bot).
+    Edit {
+        target: Ref,
+        sender: u8,
+        text: Part,
+    },
+    Reaction {
+        target: Ref,
+        key: Txt,
+    },
+    Redaction {
+        target: Ref,
+        reason: Option<Txt>,
+    },
+    Receipt {
+        target: Ref,
+    },
+    Join {
+        room: u8,
+    },
+    Leave {
+        room: u8,
+    },
+    Invite {
+        room: u8,
+        who: u8,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,9 +319,30 @@ pub enum Op {
     Redeliver {
         pick: u8,
     },
+    /// A tool asks for a write as identity A, B, or (2) one never added.
+    Write {
+        ident: u8,
+        write: WriteOp,
+    },
+    /// A `permission_request` the server could not read, from a session (`wrong`:
+    /// under the other identity).
+    InvalidRequest {
+        sess: u8,
+        wrong: bool,
+        error: String,
+    },
+    /// The operator's settings for one identity (indices into the choices); only
+    /// before the first input, a no-op after.
+    Settings {
+        ident: u8,
+        ttl: u8,
+        settle: u8,
+        memory: u8,
+        max_prompts: u8,
+    },
 }
 
-const OPS: u8 = 14;
+const OPS: u8 = 16;
 
 fn decode_body(c: &mut Cursor) -> Body {
     match c.byte() % 6 {
@@ -218,6 +366,129 @@ fn encode_body(out: &mut Vec<u8>, body: &Body) {
             encode_string(out, s);
         }
         Body::Redacted => out.push(5),
+    }
+}
+
+fn decode_txt(c: &mut Cursor) -> Txt {
+    match c.byte() % 4 {
+        0 | 1 => Txt::Said(c.byte()),
+        2 => Txt::Key(c.byte()),
+        _ => Txt::Raw(c.string()),
+    }
+}
+
+fn encode_txt(out: &mut Vec<u8>, txt: &Txt) {
+    match txt {
+        Txt::Said(b) => out.extend([0, *b]),
+        Txt::Key(b) => out.extend([2, *b]),
+        Txt::Raw(s) => {
+            out.push(3);
+            encode_string(out, s);
+        }
+    }
+}
+
+fn decode_part(c: &mut Cursor) -> Part {
+    let body = decode_txt(c);
+    let html = (c.byte() & 1 != 0).then(|| decode_txt(c));
+    Part { body, html }
+}
+
+fn encode_part(out: &mut Vec<u8>, part: &Part) {
+    encode_txt(out, &part.body);
+    match &part.html {
+        None => out.push(0),
+        Some(html) => {
+            out.push(1);
+            encode_txt(out, html);
+        }
+    }
+}
+
+fn decode_write(c: &mut Cursor) -> WriteOp {
+    match c.byte() % 8 {
+        0 => {
+            let (room, n) = (c.byte(), usize::from(c.byte() % 3) + 1);
+            let parts = (0..n).map(|_| decode_part(c)).collect();
+            let (flags, reply, root) = (c.byte(), Ref(c.byte()), Ref(c.byte()));
+            WriteOp::Message {
+                room,
+                parts,
+                reply_to: (flags & 1 != 0).then_some(reply),
+                thread_root: (flags & 2 != 0).then_some(root),
+            }
+        }
+        1 => {
+            let (target, sender) = (Ref(c.byte()), c.byte());
+            WriteOp::Edit {
+                target,
+                sender,
+                text: decode_part(c),
+            }
+        }
+        2 => WriteOp::Reaction {
+            target: Ref(c.byte()),
+            key: decode_txt(c),
+        },
+        3 => {
+            let target = Ref(c.byte());
+            let reason = (c.byte() & 1 != 0).then(|| decode_txt(c));
+            WriteOp::Redaction { target, reason }
+        }
+        4 => WriteOp::Receipt {
+            target: Ref(c.byte()),
+        },
+        5 => WriteOp::Join { room: c.byte() },
+        6 => WriteOp::Leave { room: c.byte() },
+        _ => WriteOp::Invite {
+            room: c.byte(),
+            who: c.byte(),
+        },
+    }
+}
+
+fn encode_write(out: &mut Vec<u8>, write: &WriteOp) {
+    match write {
+        WriteOp::Message {
+            room,
+            parts,
+            reply_to,
+            thread_root,
+        } => {
+            assert!((1..=3).contains(&parts.len()), "a message has 1 to 3 parts");
+            out.extend([0, *room, parts.len() as u8 - 1]);
+            for part in parts {
+                encode_part(out, part);
+            }
+            let flags = u8::from(reply_to.is_some()) | (u8::from(thread_root.is_some()) << 1);
+            out.extend([
+                flags,
+                reply_to.map_or(0, |r| r.0),
+                thread_root.map_or(0, |r| r.0),
+            ]);
+        }
+        WriteOp::Edit {
+            target,
+            sender,
+            text,
+        } => {
+            out.extend([1, target.0, *sender]);
+            encode_part(out, text);
+        }
+        WriteOp::Reaction { target, key } => {
+            out.extend([2, target.0]);
+            encode_txt(out, key);
+        }
+        WriteOp::Redaction { target, reason } => {
+            out.extend([3, target.0, u8::from(reason.is_some())]);
+            if let Some(reason) = reason {
+                encode_txt(out, reason);
+            }
+        }
+        WriteOp::Receipt { target } => out.extend([4, target.0]),
+        WriteOp::Join { room } => out.extend([5, *room]),
+        WriteOp::Leave { room } => out.extend([6, *room]),
+        WriteOp::Invite { room, who } => out.extend([7, *room, *who]),
     }
 }
 
@@ -333,7 +604,25 @@ pub fn decode(data: &[u8]) -> Vec<Op> {
             },
             11 => Op::TickBack { back: c.u16() },
             12 => Op::Redeliver { pick: c.byte() },
-            _ => Op::Advance { ms: 1000 },
+            13 => Op::Write {
+                ident: c.byte(),
+                write: decode_write(&mut c),
+            },
+            14 => {
+                let b = c.byte();
+                Op::InvalidRequest {
+                    sess: b & 0x7f,
+                    wrong: b & 0x80 != 0,
+                    error: c.string(),
+                }
+            }
+            _ => Op::Settings {
+                ident: c.byte(),
+                ttl: c.byte(),
+                settle: c.byte(),
+                memory: c.byte(),
+                max_prompts: c.byte(),
+            },
         };
         ops.push(op);
     }
@@ -429,6 +718,21 @@ pub fn encode(ops: &[Op]) -> Vec<u8> {
                 out.extend(back.to_le_bytes());
             }
             Op::Redeliver { pick } => out.extend([12, *pick]),
+            Op::Write { ident, write } => {
+                out.extend([13, *ident]);
+                encode_write(&mut out, write);
+            }
+            Op::InvalidRequest { sess, wrong, error } => {
+                out.extend([14, (sess & 0x7f) | (u8::from(*wrong) << 7)]);
+                encode_string(&mut out, error);
+            }
+            Op::Settings {
+                ident,
+                ttl,
+                settle,
+                memory,
+                max_prompts,
+            } => out.extend([15, *ident, *ttl, *settle, *memory, *max_prompts]),
         }
     }
     out
@@ -443,6 +747,8 @@ enum EvKind {
         verdict_shaped: bool,
         edit_of: Option<EventId>,
         is_reply: bool,
+        /// The event it replies to (`m.in_reply_to`, not a thread's fallback).
+        reply_to: Option<EventId>,
         body: String,
         reply_relation: bool,
     },
@@ -476,6 +782,8 @@ struct PromptRec {
     room: RoomId,
     issued: Millis,
     plain: String,
+    /// The `handle` call after which the core held it no more.
+    retired: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -493,6 +801,7 @@ enum Pending {
     Verdict {
         message: Option<EventId>,
     },
+    Write,
 }
 
 /// What a run reached, to show seeds are meaningful.
@@ -507,6 +816,92 @@ pub struct Reached {
     pub edits_pushed: usize,
     pub retractions: usize,
     pub expired: usize,
+    /// Agent writes performed ([`Effect::Write`]).
+    pub writes: usize,
+    /// Their outcomes reported.
+    pub writes_completed: usize,
+    /// Writes refused for aiming at a prompt message, edits among them.
+    pub refused_prompt_targets: usize,
+    pub refused_prompt_edits: usize,
+    /// Writes refused for naming an open request id.
+    pub refused_names: usize,
+    /// Edits of others' messages refused; leaves of a prompt's room refused.
+    pub refused_not_own: usize,
+    pub refused_leaves: usize,
+    /// Writes for an identity never added.
+    pub refused_unknown: usize,
+    /// Text verdicts replying to another event, answering nothing.
+    pub replies_not_to_prompt: usize,
+    /// Unreadable permission requests told to their session.
+    pub invalid_requests: usize,
+}
+
+impl Reached {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Reached) {
+        let Reached {
+            pushes,
+            replayed,
+            posts,
+            text_verdicts,
+            reaction_verdicts,
+            verdicts_delivered,
+            edits_pushed,
+            retractions,
+            expired,
+            writes,
+            writes_completed,
+            refused_prompt_targets,
+            refused_prompt_edits,
+            refused_names,
+            refused_not_own,
+            refused_leaves,
+            refused_unknown,
+            replies_not_to_prompt,
+            invalid_requests,
+        } = other;
+        self.pushes += pushes;
+        self.replayed += replayed;
+        self.posts += posts;
+        self.text_verdicts += text_verdicts;
+        self.reaction_verdicts += reaction_verdicts;
+        self.verdicts_delivered += verdicts_delivered;
+        self.edits_pushed += edits_pushed;
+        self.retractions += retractions;
+        self.expired += expired;
+        self.writes += writes;
+        self.writes_completed += writes_completed;
+        self.refused_prompt_targets += refused_prompt_targets;
+        self.refused_prompt_edits += refused_prompt_edits;
+        self.refused_names += refused_names;
+        self.refused_not_own += refused_not_own;
+        self.refused_leaves += refused_leaves;
+        self.refused_unknown += refused_unknown;
+        self.replies_not_to_prompt += replies_not_to_prompt;
+        self.invalid_requests += invalid_requests;
+    }
+}
+
+/// What a person reads in one text of a write: the held ids among `names` must be
+/// caught; `missed` ones may be (a known gap of the core's reading); of a `raw` text
+/// the world knows nothing.
+#[derive(Clone, Debug, Default)]
+struct Reading {
+    names: BTreeSet<RequestId>,
+    missed: BTreeSet<RequestId>,
+    raw: bool,
+}
+
+/// What the rules allow the core to answer an agent's write with, by the world's
+/// own reading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Allowed {
+    Write,
+    PromptTarget,
+    NotOwnMessage,
+    /// Naming one of these (held) ids.
+    Names(BTreeSet<RequestId>),
+    LeavesPromptRoom,
 }
 
 pub struct World {
@@ -536,6 +931,17 @@ pub struct World {
     /// The prompts before the input being handled (a prompt decided by a timer may be
     /// replaced by the input in the same call).
     prompts_before: Vec<(usize, Prompt)>,
+    /// How many `handle` calls were made (names when a prompt message retired).
+    handled: u64,
+    next_call: u64,
+    /// The write being handled: the one identity and call an answer may carry, and
+    /// how many answers came.
+    answering: Option<(IdentityId, CallId)>,
+    answers: usize,
+    /// The unreadable request being handled: where a log message may go.
+    logging: Option<(IdentityId, SessionId)>,
+    /// Print every input and its effects ([`World::run_traced`]).
+    trace: bool,
     pub reached: Reached,
 }
 
@@ -573,22 +979,47 @@ impl Default for World {
     }
 }
 
+/// The bot account of identity `i`.
+fn bot(i: usize) -> UserId {
+    UserId::from([BOT_A, BOT_B][i])
+}
+
+/// The cast's settings for identity `i`.
+fn config(
+    i: usize,
+    ttl: Millis,
+    settle: Millis,
+    memory: usize,
+    max_prompts: usize,
+) -> IdentityConfig {
+    let user = UserId::from;
+    let mut c = match i {
+        0 => {
+            let mut a = IdentityConfig::new(user(BOT_A), [user(ANN), user(CARL)]);
+            a.approvers = Some([user(ANN)].into());
+            a
+        }
+        _ => {
+            let mut b = IdentityConfig::new(user(BOT_B), [user(ANN)]);
+            b.permission_room = Some(RoomId::from(ROOMS[2]));
+            b
+        }
+    };
+    c.prompt_ttl_ms = ttl;
+    c.settle_ms = settle;
+    c.max_prompts = max_prompts;
+    c.replay_budget = 3;
+    c.queue_cap = 4;
+    c.body_cap_bytes = 120;
+    c.quote_cap_chars = 24;
+    c.prompt_memory = memory;
+    c
+}
+
 impl World {
     pub fn new() -> Self {
-        let user = UserId::from;
-        let mut a = IdentityConfig::new(user(BOT_A), [user(ANN), user(CARL)]);
-        a.approvers = Some([user(ANN)].into());
-        let mut b = IdentityConfig::new(user(BOT_B), [user(ANN)]);
-        b.permission_room = Some(RoomId::from(ROOMS[2]));
-        for c in [&mut a, &mut b] {
-            c.prompt_ttl_ms = TTL;
-            c.settle_ms = SETTLE;
-            c.max_prompts = 2;
-            c.replay_budget = 3;
-            c.queue_cap = 4;
-            c.body_cap_bytes = 120;
-            c.quote_cap_chars = 24;
-        }
+        let a = config(0, TTL, SETTLE, MEMORY, 2);
+        let b = config(1, TTL, SETTLE, MEMORY, 2);
         let mut channel = Channel::new();
         channel
             .add_identity(ident_id(0), a.clone())
@@ -617,14 +1048,52 @@ impl World {
             written_rooms: [BTreeSet::new(), BTreeSet::new()],
             live_before: BTreeSet::new(),
             prompts_before: Vec::new(),
+            handled: 0,
+            next_call: 0,
+            answering: None,
+            answers: 0,
+            logging: None,
+            trace: false,
             reached: Reached::default(),
         }
     }
 
+    /// The operator's settings for one identity, before any input: the settle window
+    /// stays under the time to live, so the settings are always valid.
+    fn settings(&mut self, ident: u8, ttl: u8, settle: u8, memory: u8, max_prompts: u8) {
+        if self.handled > 0 {
+            return;
+        }
+        let i = usize::from(ident) % 2;
+        let ttl = TTLS[usize::from(ttl) % TTLS.len()];
+        let settle = SETTLES[usize::from(settle) % SETTLES.len()].min(ttl - 1);
+        let memory = usize::from(memory % 4) + 1;
+        let max_prompts = usize::from(max_prompts % 3) + 1;
+        let c = config(i, ttl, settle, memory, max_prompts);
+        c.validate().expect("the fuzzed settings are valid");
+        self.channel
+            .add_identity(ident_id(i), c.clone())
+            .expect("valid config");
+        self.configs[i] = c;
+    }
+
     /// Runs every op, checking the invariants after each step (panics on a violation).
     pub fn run(ops: &[Op]) -> Reached {
+        Self::run_with(ops, false)
+    }
+
+    /// [`World::run`], printing each op, each input and its effects.
+    pub fn run_traced(ops: &[Op]) -> Reached {
+        Self::run_with(ops, true)
+    }
+
+    fn run_with(ops: &[Op], trace: bool) -> Reached {
         let mut world = World::new();
+        world.trace = trace;
         for op in ops {
+            if trace {
+                println!("{:3} {op:?}", world.step);
+            }
             world.op(op);
             world.step += 1;
         }
@@ -896,6 +1365,15 @@ impl World {
                 let at = self.now.saturating_sub(Millis::from(*back));
                 self.handle(at, Input::Tick);
             }
+            Op::Write { ident, write } => self.agent_write(*ident, write),
+            Op::InvalidRequest { sess, wrong, error } => self.invalid_request(*sess, *wrong, error),
+            Op::Settings {
+                ident,
+                ttl,
+                settle,
+                memory,
+                max_prompts,
+            } => self.settings(*ident, *ttl, *settle, *memory, *max_prompts),
             Op::Redeliver { pick } => {
                 if self.events.is_empty() {
                     return;
@@ -932,6 +1410,361 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Who sent `target`, as the server would fetch it (a prompt's is its bot).
+    fn sender_of(&self, target: &EventId, fallback: usize) -> UserId {
+        if let Some(p) = self.prompts.iter().find(|p| p.message == *target) {
+            return bot(p.ident);
+        }
+        self.events
+            .iter()
+            .find(|e| e.id == *target)
+            .map_or_else(|| bot(fallback), |e| e.who.clone())
+    }
+
+    /// The string `txt` stands for, and what a person reads in it.
+    fn reading(txt: &Txt) -> (String, Reading) {
+        let ids = |is: &[usize]| is.iter().map(|i| rid(*i as u8)).collect();
+        match txt {
+            Txt::Said(b) => {
+                let said = &SAID[usize::from(*b) % SAID.len()];
+                let reading = Reading {
+                    names: ids(said.names),
+                    missed: ids(said.missed),
+                    raw: false,
+                };
+                (said.text.to_owned(), reading)
+            }
+            Txt::Key(b) => (
+                KEYS[usize::from(*b) % KEYS.len()].to_owned(),
+                Reading::default(),
+            ),
+            Txt::Raw(s) => (
+                s.clone(),
+                Reading {
+                    raw: true,
+                    ..Reading::default()
+                },
+            ),
+        }
+    }
+
+    /// Whether identity `i` surely still remembers the retired prompt message
+    /// `message` (retired at call `at`): fewer than its `prompt_memory` other prompt
+    /// messages retired since (those retired in the same call count as later).
+    fn surely_remembered(&self, i: usize, message: &EventId, at: u64) -> bool {
+        let since = self
+            .prompts
+            .iter()
+            .filter(|p| p.ident == i && p.message != *message && p.retired.is_some_and(|r| r >= at))
+            .count();
+        since < self.configs[i].prompt_memory
+    }
+
+    /// An agent's write: judged by the world's reading of the rules (in their order:
+    /// no prompt message touched, own messages only edited, no held request id
+    /// named, no prompt's room left), then checked against the one answer the core
+    /// gives for the call.
+    fn agent_write(&mut self, ident: u8, op: &WriteOp) {
+        // Due timers fire first, so the write is judged on the state seen here.
+        self.handle(self.now, Input::Tick);
+        let i = usize::from(ident) % 3;
+        let identity = match i {
+            0 | 1 => ident_id(i),
+            _ => IdentityId::from("z"),
+        };
+        let me = i.min(1);
+        self.next_call += 1;
+        let call = CallId(self.next_call);
+        let mut readings = Vec::new();
+        let mut read = |t: &Txt| {
+            let (text, reading) = Self::reading(t);
+            readings.push(reading);
+            text
+        };
+        let mut part = |p: &Part| AgentText {
+            body: read(&p.body),
+            formatted_body: p.html.as_ref().map(&mut read),
+        };
+        let room = |b: u8| RoomId::from(ROOMS[usize::from(b) % ROOMS.len()]);
+        let (write, targets) = match op {
+            WriteOp::Message {
+                room: r,
+                parts,
+                reply_to,
+                thread_root,
+            } => {
+                let reply_to = reply_to.map(|t| self.resolve(t));
+                let thread_root = thread_root.map(|t| self.resolve(t));
+                let room = match (&reply_to, &thread_root) {
+                    (Some(t), _) | (None, Some(t)) => self.room_of(t),
+                    (None, None) => room(*r),
+                };
+                let targets = reply_to.iter().chain(thread_root.iter()).cloned().collect();
+                let write = AgentWrite::Message {
+                    room,
+                    parts: parts.iter().map(&mut part).collect(),
+                    reply_to,
+                    thread_root,
+                    txn_id: format!("call-{}", call.0),
+                };
+                (write, targets)
+            }
+            WriteOp::Edit {
+                target,
+                sender,
+                text,
+            } => {
+                let original = self.resolve(*target);
+                let original_sender = match usize::from(*sender) % (WHO.len() + 1) {
+                    n if n < WHO.len() => UserId::from(WHO[n]),
+                    _ => self.sender_of(&original, me),
+                };
+                let write = AgentWrite::Edit {
+                    room: self.room_of(&original),
+                    original: original.clone(),
+                    original_sender,
+                    text: part(text),
+                };
+                (write, vec![original])
+            }
+            WriteOp::Reaction { target, key } => {
+                let relates_to = self.resolve(*target);
+                let write = AgentWrite::Reaction {
+                    room: self.room_of(&relates_to),
+                    relates_to: relates_to.clone(),
+                    key: read(key),
+                };
+                (write, vec![relates_to])
+            }
+            WriteOp::Redaction { target, reason } => {
+                let redacts = self.resolve(*target);
+                let write = AgentWrite::Redaction {
+                    room: self.room_of(&redacts),
+                    redacts: redacts.clone(),
+                    reason: reason.as_ref().map(&mut read),
+                };
+                (write, vec![redacts])
+            }
+            // A receipt changes no event: a prompt may be read.
+            WriteOp::Receipt { target } => {
+                let event_id = self.resolve(*target);
+                let write = AgentWrite::Receipt {
+                    room: self.room_of(&event_id),
+                    event_id,
+                };
+                (write, Vec::new())
+            }
+            WriteOp::Join { room } => {
+                let room = JOINS[usize::from(*room) % JOINS.len()].to_owned();
+                (AgentWrite::Join { room }, Vec::new())
+            }
+            WriteOp::Leave { room: r } => (AgentWrite::Leave { room: room(*r) }, Vec::new()),
+            WriteOp::Invite { room: r, who } => {
+                let user = UserId::from(WHO[usize::from(*who) % WHO.len()]);
+                let write = AgentWrite::Invite {
+                    room: room(*r),
+                    user,
+                };
+                (write, Vec::new())
+            }
+        };
+        let allowed = match i {
+            0 | 1 => self.allowed(i, &write, &targets, &readings),
+            _ => Vec::new(),
+        };
+        let held_before = self
+            .channel
+            .identity(&identity)
+            .map(|s| s.prompts().to_vec());
+        self.answering = Some((identity.clone(), call));
+        self.answers = 0;
+        let input = Input::AgentWrite {
+            identity: identity.clone(),
+            call,
+            write: write.clone(),
+        };
+        let effects = self.handle(self.now, input);
+        self.answering = None;
+        assert!(
+            effects.len() == 1 && self.answers == 1,
+            "a write of {call} was not answered exactly once, and with nothing else: {effects:?}"
+        );
+        assert_eq!(
+            self.channel
+                .identity(&identity)
+                .map(|s| s.prompts().to_vec()),
+            held_before,
+            "a write changed the prompts"
+        );
+        match &effects[0] {
+            Effect::Write { write: done, .. } => {
+                assert_eq!(*done, write, "the write performed is not the one asked for");
+                assert!(
+                    allowed.contains(&Allowed::Write),
+                    "a write the rules refuse was performed (allowed: {allowed:?}; targets \
+                     {targets:?}; readings {readings:?}): {write:?}"
+                );
+            }
+            Effect::WriteRefused { reason, .. } => {
+                let fits = match reason {
+                    DropReason::UnknownIdentity => i == 2,
+                    DropReason::PromptTarget => {
+                        self.reached.refused_prompt_targets += 1;
+                        if matches!(write, AgentWrite::Edit { .. }) {
+                            self.reached.refused_prompt_edits += 1;
+                        }
+                        allowed.contains(&Allowed::PromptTarget)
+                    }
+                    DropReason::NotOwnMessage => {
+                        self.reached.refused_not_own += 1;
+                        allowed.contains(&Allowed::NotOwnMessage)
+                    }
+                    DropReason::NamesOpenRequest { request_id } => {
+                        self.reached.refused_names += 1;
+                        allowed
+                            .iter()
+                            .any(|a| matches!(a, Allowed::Names(ids) if ids.contains(request_id)))
+                    }
+                    DropReason::LeavesPromptRoom => {
+                        self.reached.refused_leaves += 1;
+                        allowed.contains(&Allowed::LeavesPromptRoom)
+                    }
+                    _ => false,
+                };
+                if i == 2 {
+                    self.reached.refused_unknown += 1;
+                    assert_eq!(*reason, DropReason::UnknownIdentity);
+                }
+                assert!(
+                    fits,
+                    "a write refused as {reason:?}, which the rules do not say (allowed: \
+                     {allowed:?}; targets {targets:?}; readings {readings:?}): {write:?}"
+                );
+            }
+            other => panic!("a write answered with {other:?}"),
+        }
+    }
+
+    /// What the rules allow as the answer to identity `i`'s `write`, by the world's
+    /// own records: the prompts the core holds now (any phase), the prompt messages
+    /// the world posted and when each retired, and the text table's readings.
+    fn allowed(
+        &self,
+        i: usize,
+        write: &AgentWrite,
+        targets: &[EventId],
+        readings: &[Reading],
+    ) -> Vec<Allowed> {
+        let state = self.channel.identity(&ident_id(i)).expect("identity");
+        let held = state.prompts();
+        let held_ids: BTreeSet<RequestId> =
+            held.iter().map(|p| p.request.request_id.clone()).collect();
+        let (mut must, mut may) = (false, false);
+        for t in targets {
+            if held.iter().any(|p| p.phase.message() == Some(t)) {
+                must = true;
+            } else if let Some(rec) = self
+                .prompts
+                .iter()
+                .find(|p| p.message == *t && p.ident == i)
+            {
+                match rec.retired {
+                    Some(at) if !self.surely_remembered(i, t, at) => may = true,
+                    _ => must = true,
+                }
+            }
+        }
+        let mut allowed = Vec::new();
+        if must {
+            return vec![Allowed::PromptTarget];
+        }
+        if may {
+            // Perhaps forgotten: either answer is right.
+            allowed.push(Allowed::PromptTarget);
+        }
+        if let AgentWrite::Edit {
+            original_sender, ..
+        } = write
+        {
+            if *original_sender != bot(i) {
+                allowed.push(Allowed::NotOwnMessage);
+                return allowed;
+            }
+        }
+        let named: BTreeSet<RequestId> = readings
+            .iter()
+            .flat_map(|r| r.names.iter())
+            .filter(|id| held_ids.contains(*id))
+            .cloned()
+            .collect();
+        let mut unsure: BTreeSet<RequestId> = readings
+            .iter()
+            .flat_map(|r| r.missed.iter())
+            .filter(|id| held_ids.contains(*id))
+            .cloned()
+            .collect();
+        if readings.iter().any(|r| r.raw) {
+            unsure.extend(held_ids.iter().cloned());
+        }
+        if !named.is_empty() {
+            allowed.push(Allowed::Names(named.union(&unsure).cloned().collect()));
+            return allowed;
+        }
+        if !unsure.is_empty() {
+            allowed.push(Allowed::Names(unsure));
+        }
+        if let AgentWrite::Leave { room } = write {
+            if held.iter().any(|p| p.room == *room) {
+                allowed.push(Allowed::LeavesPromptRoom);
+                return allowed;
+            }
+        }
+        allowed.push(Allowed::Write);
+        allowed
+    }
+
+    /// An unreadable `permission_request`: the session is told, it is dropped
+    /// visibly, and nothing else happens.
+    fn invalid_request(&mut self, sess: u8, wrong: bool, error: &str) {
+        self.handle(self.now, Input::Tick);
+        let session = session(sess);
+        let identity = ident_id(session_ident(&session) ^ usize::from(wrong));
+        let prompts_before = self
+            .channel
+            .identity(&identity)
+            .map(|s| s.prompts().to_vec());
+        self.logging = Some((identity.clone(), session.clone()));
+        let input = Input::InvalidPermissionRequest {
+            identity: identity.clone(),
+            session,
+            error: error.to_owned(),
+        };
+        let effects = self.handle(self.now, input);
+        self.logging = None;
+        let logged = effects
+            .iter()
+            .filter(|e| matches!(e, Effect::LogMessage { .. }))
+            .count();
+        let dropped = effects
+            .iter()
+            .filter(|e| {
+                matches!(e, Effect::Dropped { identity: Some(id), event_id: None, reason: DropReason::InvalidPermissionRequest } if *id == identity)
+            })
+            .count();
+        assert!(
+            effects.len() == 2 && logged == 1 && dropped == 1,
+            "an unreadable permission request was not logged to its session and dropped: \
+             {effects:?}"
+        );
+        assert_eq!(
+            self.channel
+                .identity(&identity)
+                .map(|s| s.prompts().to_vec()),
+            prompts_before,
+            "an unreadable permission request changed the prompts"
+        );
     }
 
     fn room_of(&self, target: &EventId) -> RoomId {
@@ -1034,6 +1867,17 @@ impl World {
                 _ => None,
             },
             is_reply: relation.as_ref().and_then(Relation::reply_to).is_some(),
+            // Read from the relation the world built: a rich reply, or a thread's
+            // `m.in_reply_to` that is not a fallback.
+            reply_to: match &relation {
+                Some(Relation::Reply { in_reply_to }) => Some(in_reply_to.event_id.clone()),
+                Some(Relation::Thread {
+                    in_reply_to: Some(in_reply_to),
+                    is_falling_back: false,
+                    ..
+                }) => Some(in_reply_to.event_id.clone()),
+                _ => None,
+            },
             body: content
                 .as_ref()
                 .map_or_else(String::new, |c| c.body.clone()),
@@ -1141,6 +1985,7 @@ impl World {
                 room: room.clone(),
                 issued: *issued,
                 plain: plain.clone(),
+                retired: None,
             }),
             (Pending::Verdict { message: Some(m) }, Outcome::Sent) => {
                 let n = self.verdicts_sent.entry(m.clone()).or_insert(0);
@@ -1150,7 +1995,21 @@ impl World {
             }
             _ => {}
         }
-        self.handle(self.now, Input::Completed { id, outcome });
+        let write = matches!(pending, Pending::Write);
+        if write {
+            // Due timers first, so what follows is the outcome's doing alone.
+            self.handle(self.now, Input::Tick);
+        }
+        let effects = self.handle(self.now, Input::Completed { id, outcome });
+        if write {
+            // The server answers the tool call from the outcome; the core only
+            // stops waiting.
+            assert!(
+                effects.is_empty(),
+                "a write's outcome did something: {effects:?}"
+            );
+            self.reached.writes_completed += 1;
+        }
     }
 
     /// Handles one input and checks every effect and the state after it.
@@ -1161,7 +2020,15 @@ impl World {
             .filter_map(|i| Some((i, self.channel.identity(&ident_id(i))?)))
             .flat_map(|(i, state)| state.prompts().iter().map(move |p| (i, p.clone())))
             .collect();
+        if self.trace {
+            println!("      -> {input:?}");
+        }
         let effects = self.channel.handle(now, input);
+        if self.trace {
+            for effect in &effects {
+                println!("         {effect:?}");
+            }
+        }
         assert_eq!(
             self.channel.now(),
             before.max(now),
@@ -1172,6 +2039,23 @@ impl World {
             self.check_effect(effect, &mut replayed_last);
         }
         self.check_state();
+        // A prompt message the core holds no more retired now (once).
+        self.handled += 1;
+        let held: Vec<BTreeSet<EventId>> = (0..2)
+            .map(|i| {
+                let state = self.channel.identity(&ident_id(i)).expect("identity");
+                state
+                    .prompts()
+                    .iter()
+                    .filter_map(|p| p.phase.message().cloned())
+                    .collect()
+            })
+            .collect();
+        for rec in &mut self.prompts {
+            if rec.retired.is_none() && !held[rec.ident].contains(&rec.message) {
+                rec.retired = Some(self.handled);
+            }
+        }
         effects
     }
 
@@ -1410,7 +2294,44 @@ impl World {
             Effect::Notice { identity, .. } => {
                 ident_index(identity);
             }
-            Effect::Dropped { .. } => {}
+            Effect::Write {
+                id, identity, call, ..
+            } => {
+                assert_eq!(
+                    self.answering.as_ref(),
+                    Some(&(identity.clone(), *call)),
+                    "a write performed for no call of this input"
+                );
+                self.answers += 1;
+                self.reached.writes += 1;
+                self.pending.push((*id, Pending::Write));
+            }
+            Effect::WriteRefused { identity, call, .. } => {
+                assert_eq!(
+                    self.answering.as_ref(),
+                    Some(&(identity.clone(), *call)),
+                    "a write refused for no call of this input"
+                );
+                self.answers += 1;
+            }
+            Effect::LogMessage {
+                identity,
+                session,
+                message,
+            } => {
+                assert_eq!(
+                    self.logging.as_ref(),
+                    Some(&(identity.clone(), session.clone())),
+                    "a log message to a session that sent nothing unreadable"
+                );
+                assert!(!message.is_empty());
+                self.reached.invalid_requests += 1;
+            }
+            Effect::Dropped { reason, .. } => {
+                if *reason == DropReason::ReplyNotToPrompt {
+                    self.reached.replies_not_to_prompt += 1;
+                }
+            }
         }
     }
 
@@ -1496,6 +2417,17 @@ impl World {
                 assert_eq!(ev.who, decision.by);
                 assert!(ev.to.contains(&ident));
                 assert!(ev.at < expiry, "an answer after the expiry decided");
+                // A reply names what it answers.
+                if let EvKind::Message {
+                    reply_to: Some(parent),
+                    ..
+                } = &ev.kind
+                {
+                    assert_eq!(
+                        *parent, message,
+                        "a text verdict replying to another event decided"
+                    );
+                }
                 if let EvKind::Message {
                     is_reply: false, ..
                 } = ev.kind
@@ -1588,7 +2520,8 @@ fn effect_id(effect: &Effect) -> Option<EffectId> {
     match effect {
         Effect::Push { id, .. }
         | Effect::PostPrompt { id, .. }
-        | Effect::SendVerdict { id, .. } => Some(*id),
+        | Effect::SendVerdict { id, .. }
+        | Effect::Write { id, .. } => Some(*id),
         _ => None,
     }
 }
@@ -1596,6 +2529,38 @@ fn effect_id(effect: &Effect) -> Option<EffectId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table is the world's oracle; this only keeps it honest about the core's
+    /// known gaps: when the core learns to read a `missed` id, the entry moves to
+    /// `names` (and the target then requires the refusal).
+    #[test]
+    fn the_text_table_agrees_with_the_cores_reading_gaps_included() {
+        use mc_model::agent::names_request_id;
+        for said in &SAID {
+            for (ids, caught) in [(said.names, true), (said.missed, false)] {
+                for i in ids {
+                    let id = [rid(*i as u8)];
+                    assert_eq!(
+                        names_request_id(said.text, &id).is_some(),
+                        caught,
+                        "{:?} and {}: move the id between `names` and `missed`",
+                        said.text,
+                        id[0].as_str()
+                    );
+                }
+            }
+            let others: Vec<RequestId> = (0..3)
+                .filter(|i| !said.names.contains(i) && !said.missed.contains(i))
+                .map(|i| rid(i as u8))
+                .collect();
+            assert_eq!(
+                names_request_id(said.text, &others),
+                None,
+                "{:?} names an id the table does not list",
+                said.text
+            );
+        }
+    }
 
     #[test]
     fn encode_and_decode_agree() {
@@ -1631,6 +2596,86 @@ mod tests {
             Op::Detach {
                 sess: 2,
                 wrong: true,
+            },
+            Op::Settings {
+                ident: 1,
+                ttl: 3,
+                settle: 2,
+                memory: 9,
+                max_prompts: 4,
+            },
+            Op::InvalidRequest {
+                sess: 1,
+                wrong: true,
+                error: "bad id".to_owned(),
+            },
+            Op::Write {
+                ident: 1,
+                write: WriteOp::Message {
+                    room: 2,
+                    parts: vec![
+                        Part {
+                            body: Txt::Said(3),
+                            html: Some(Txt::Raw("<b>x</b>".to_owned())),
+                        },
+                        Part {
+                            body: Txt::Key(1),
+                            html: None,
+                        },
+                    ],
+                    reply_to: None,
+                    thread_root: Some(Ref::prompt(1)),
+                },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Edit {
+                    target: Ref::event(2),
+                    sender: 5,
+                    text: Part {
+                        body: Txt::Said(1),
+                        html: None,
+                    },
+                },
+            },
+            Op::Write {
+                ident: 2,
+                write: WriteOp::Reaction {
+                    target: Ref::prompt(0),
+                    key: Txt::Key(4),
+                },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Redaction {
+                    target: Ref::event(0),
+                    reason: Some(Txt::Said(8)),
+                },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Redaction {
+                    target: Ref::event(0),
+                    reason: None,
+                },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Receipt {
+                    target: Ref::prompt(0),
+                },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Join { room: 3 },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Leave { room: 0 },
+            },
+            Op::Write {
+                ident: 0,
+                write: WriteOp::Invite { room: 1, who: 2 },
             },
         ];
         assert_eq!(decode(&encode(&ops)), ops);

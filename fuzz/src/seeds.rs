@@ -6,7 +6,7 @@
 //! the event files); without the variable the tests check that the core seeds still
 //! reach what they were written for.
 
-use crate::core_ops::{Body, Op, Ref, Rel, To};
+use crate::core_ops::{Body, Op, Part, Ref, Rel, To, Txt, WriteOp};
 use crate::{core_ops, encode_string};
 
 /// Element's reply fallback around a prompt answer.
@@ -318,8 +318,44 @@ fn react(to: To, who: u8, target: Ref, key: u8) -> Op {
     }
 }
 
+/// An agent's write as identity A.
+fn write(write: WriteOp) -> Op {
+    Op::Write { ident: 0, write }
+}
+
+/// A message part from the text table (`core_ops::SAID`), maybe with HTML.
+fn part(body: u8, html: Option<u8>) -> Part {
+    Part {
+        body: Txt::Said(body),
+        html: html.map(Txt::Said),
+    }
+}
+
+/// A one-part message of table text `body` in room `room`.
+fn say(room: u8, body: u8) -> Op {
+    write(WriteOp::Message {
+        room,
+        parts: vec![part(body, None)],
+        reply_to: None,
+        thread_root: None,
+    })
+}
+
+/// An edit of `target` whose original's sender the server fetched truly (`sender`
+/// 5) or as one of the cast.
+fn edit(target: Ref, sender: u8, body: u8) -> Op {
+    write(WriteOp::Edit {
+        target,
+        sender,
+        text: part(body, None),
+    })
+}
+
 // Cast indices: who 0 Ann, 1 Carl, 2 Eve, 3 bot A, 4 bot B; sessions 0 S1, 1 S2 (A),
-// 2 S3 (B); rooms 0 !r1, 1 !r2, 2 !rb; request ids 0 abcde, 1 fghij, 2 kmnop.
+// 2 S3 (B); rooms 0 !r1, 1 !r2, 2 !rb; request ids 0 abcde, 1 fghij, 2 kmnop. Table
+// texts (`SAID`): 0 innocent, 1 `abcde`, 2 `FGHIJ`, 3 `a\u{200B}bcde`, 4 full-width
+// `kmnop`, 5 `<b>ab</b>cde`, 6 `**fgh**ij`, 7 near misses, 8 an imitation of a
+// `kmnop` prompt, 11 `<code>kmnop</code>`, 12 `ok`.
 /// The core seeds, by name.
 pub fn core() -> Vec<(&'static str, Vec<Op>)> {
     let a = To::A;
@@ -563,6 +599,183 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            // The agent's writes while two prompts (abcde, fghij) wait: every write
+            // that touches a prompt or names its id is refused, the rest performed.
+            "agent-writes-around-prompts",
+            vec![
+                attach(0),
+                chat(a, 0, 0, 0),
+                ok(),
+                request(0, 0),
+                request(0, 1),
+                ok(),
+                ok(),
+                // Rewrite the pending prompt: refused, whatever the original's sender.
+                edit(Ref::prompt(0), 5, 12),
+                edit(Ref::prompt(1), 3, 0),
+                write(WriteOp::Reaction {
+                    target: Ref::prompt(0),
+                    key: Txt::Key(0),
+                }),
+                write(WriteOp::Redaction {
+                    target: Ref::prompt(1),
+                    reason: Some(Txt::Said(0)),
+                }),
+                write(WriteOp::Message {
+                    room: 0,
+                    parts: vec![part(0, None)],
+                    reply_to: None,
+                    thread_root: Some(Ref::prompt(0)),
+                }),
+                // Reading a prompt is fine.
+                write(WriteOp::Receipt {
+                    target: Ref::prompt(0),
+                }),
+                // Naming a held id, however spelled, is refused.
+                say(0, 1),
+                say(0, 2),
+                say(0, 3),
+                write(WriteOp::Message {
+                    room: 0,
+                    parts: vec![part(0, Some(5))],
+                    reply_to: None,
+                    thread_root: None,
+                }),
+                write(WriteOp::Message {
+                    room: 0,
+                    parts: vec![part(0, None), part(6, None)],
+                    reply_to: Some(Ref::event(0)),
+                    thread_root: None,
+                }),
+                write(WriteOp::Redaction {
+                    target: Ref::event(0),
+                    reason: Some(Txt::Said(3)),
+                }),
+                // An id nobody holds, and innocent texts, go out.
+                say(0, 8),
+                say(0, 4),
+                say(1, 7),
+                write(WriteOp::Reaction {
+                    target: Ref::event(0),
+                    key: Txt::Key(3),
+                }),
+                ok(),
+                fail(),
+                // Someone else's message is not the agent's to edit; its own is.
+                edit(Ref::event(0), 5, 0),
+                edit(Ref::event(0), 3, 0),
+                // The prompts' room stays joined; others may be left, joined, invited to.
+                write(WriteOp::Leave { room: 0 }),
+                write(WriteOp::Leave { room: 1 }),
+                write(WriteOp::Join { room: 3 }),
+                write(WriteOp::Invite { room: 1, who: 1 }),
+                Op::Write {
+                    ident: 2,
+                    write: WriteOp::Join { room: 0 },
+                },
+                ok(),
+                ok(),
+                ok(),
+                ok(),
+                ok(),
+                ok(),
+                ok(),
+                // Answered and delivered, the prompt is remembered: still untouchable,
+                // though its id may be named now; the other's still may not.
+                msg(a, 0, 0, Body::Yes(1), Rel::None),
+                ok(),
+                edit(Ref::prompt(0), 5, 0),
+                say(0, 2),
+                say(0, 1),
+                ok(),
+            ],
+        ),
+        (
+            // An approver's `yes` that replies to a chat message answers nothing;
+            // the same `yes` replying to the prompt does.
+            "reply-to-chat-verdict",
+            vec![
+                attach(0),
+                chat(a, 0, 0, 0),
+                ok(),
+                request(0, 2),
+                ok(),
+                say(0, 8),
+                msg(
+                    a,
+                    0,
+                    0,
+                    Body::Yes(2),
+                    Rel::Reply {
+                        target: Ref::event(0),
+                        resolved: true,
+                    },
+                ),
+                msg(
+                    a,
+                    0,
+                    0,
+                    Body::Yes(2),
+                    Rel::Thread {
+                        root: Ref::event(1),
+                        reply: Some(Ref::event(1)),
+                        falling_back: false,
+                    },
+                ),
+                msg(
+                    a,
+                    0,
+                    0,
+                    Body::Yes(2),
+                    Rel::Reply {
+                        target: Ref::prompt(0),
+                        resolved: true,
+                    },
+                ),
+                ok(),
+            ],
+        ),
+        (
+            // One prompt at a time and one remembered: the retired prompt before the
+            // last is forgotten, the last is not. Unreadable requests are told.
+            "prompt-memory-and-unreadable-requests",
+            vec![
+                Op::Settings {
+                    ident: 0,
+                    ttl: 1,
+                    settle: 2,
+                    memory: 0,
+                    max_prompts: 0,
+                },
+                attach(0),
+                chat(a, 0, 0, 0),
+                ok(),
+                request(0, 0),
+                ok(),
+                request(0, 1),
+                ok(),
+                request(0, 2),
+                ok(),
+                edit(Ref::prompt(2), 5, 0),
+                edit(Ref::prompt(1), 5, 0),
+                edit(Ref::prompt(0), 5, 0),
+                Op::InvalidRequest {
+                    sess: 0,
+                    wrong: false,
+                    error: "missing field `request_id`".to_owned(),
+                },
+                Op::InvalidRequest {
+                    sess: 2,
+                    wrong: true,
+                    error: "request_id \"ABCDE\" is not five letters a-z without l".to_owned(),
+                },
+                Op::Advance { ms: 4_000 },
+                Op::ToDeadline { before: false },
+                write(WriteOp::Leave { room: 0 }),
+                ok(),
+            ],
+        ),
+        (
             "cap-eviction-and-supersede",
             vec![
                 attach(0),
@@ -616,21 +829,13 @@ mod tests {
     use std::path::Path;
 
     #[test]
-    fn the_core_seeds_reach_verdicts_replays_edits_and_expiry() {
+    fn the_core_seeds_reach_verdicts_replays_edits_expiry_and_the_agents_writes() {
         let mut total = Reached::default();
         for (name, ops) in core() {
             assert_eq!(decode(&core_ops::encode(&ops)), ops, "{name}");
             let r = World::run(&ops);
             println!("{name}: {r:?}");
-            total.pushes += r.pushes;
-            total.replayed += r.replayed;
-            total.posts += r.posts;
-            total.text_verdicts += r.text_verdicts;
-            total.reaction_verdicts += r.reaction_verdicts;
-            total.verdicts_delivered += r.verdicts_delivered;
-            total.edits_pushed += r.edits_pushed;
-            total.retractions += r.retractions;
-            total.expired += r.expired;
+            total.add(&r);
         }
         println!("{total:?}");
         for (what, n) in [
@@ -643,23 +848,60 @@ mod tests {
             ("edits", total.edits_pushed),
             ("retractions", total.retractions),
             ("expiries", total.expired),
+            ("performed writes", total.writes),
+            ("write outcomes", total.writes_completed),
+            ("refused prompt edits", total.refused_prompt_edits),
+            ("refused id-naming texts", total.refused_names),
+            ("refused edits of others' messages", total.refused_not_own),
+            ("refused leaves of a prompt's room", total.refused_leaves),
+            ("writes for an unknown identity", total.refused_unknown),
+            ("reply-to-chat verdicts", total.replies_not_to_prompt),
+            ("unreadable permission requests", total.invalid_requests),
         ] {
             assert!(n > 0, "no seed reaches {what}");
         }
     }
 
-    /// `MC_FUZZ_REPLAY=<file> cargo test --lib replay -- --nocapture` prints the ops a
-    /// `core` input decodes to, then runs them (a crash shows the failing check).
+    /// `MC_FUZZ_REPLAY=<file> cargo test --lib replay -- --nocapture` runs the ops a
+    /// `core` input decodes to, printing each op, the inputs it makes and their
+    /// effects (a crash shows the failing check after them).
     #[test]
     fn replay_a_core_input_when_asked() {
         let Some(path) = std::env::var_os("MC_FUZZ_REPLAY") else {
             return;
         };
         let ops = decode(&std::fs::read(path).unwrap());
-        for (i, op) in ops.iter().enumerate() {
-            println!("{i:3} {op:?}");
+        World::run_traced(&ops);
+    }
+
+    /// `MC_FUZZ_REACHED=<dir> cargo test --lib reached -- --nocapture` prints what the
+    /// `core` inputs in a directory reach together (how far a run got).
+    #[test]
+    fn print_what_a_core_corpus_reaches_when_asked() {
+        let Some(dir) = std::env::var_os("MC_FUZZ_REACHED") else {
+            return;
+        };
+        let mut total = Reached::default();
+        let mut inputs = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            total.add(&World::run(&decode(&bytes)));
+            inputs += 1;
         }
-        World::run(&ops);
+        println!("{inputs} inputs: {total:#?}");
+    }
+
+    /// `MC_FUZZ_TRACE=<seed name>`: the same for one of [`core`]'s scenarios.
+    #[test]
+    fn trace_a_core_seed_when_asked() {
+        let Ok(wanted) = std::env::var("MC_FUZZ_TRACE") else {
+            return;
+        };
+        let (_, ops) = core()
+            .into_iter()
+            .find(|(name, _)| *name == wanted)
+            .expect("no such seed");
+        println!("{:?}", World::run_traced(&ops));
     }
 
     #[test]
