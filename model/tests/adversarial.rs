@@ -1,6 +1,8 @@
 //! Adversarial tests of the core: a stranger, a non-approver, a malicious display
 //! name, crafted bodies and reaction keys, forged relations, replayed ids, a buggy
-//! Claude Code session and an unreliable server, all against the public API only.
+//! Claude Code session, an agent writing to Matrix as the identity (prompts touched,
+//! open request ids named in lookalike spellings) and an unreliable server, all
+//! against the public API only.
 //!
 //! Each test pins an attack the core withstands. Several began as demonstrations of
 //! real defects (crafted ids in push content, invisible characters inside a closing
@@ -11,9 +13,10 @@
 
 use mc_model::meta::is_valid_meta_key;
 use mc_model::{
-    Attachment, Behavior, Channel, DropReason, Effect, EffectId, EventId, IdentityConfig,
-    IdentityId, Input, Message, MessageContent, Millis, MsgType, NewContent, Outcome, Parent,
-    PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo, RequestId, SessionId, UserId,
+    AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DropReason, Effect, EffectId,
+    EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis, MsgType,
+    NewContent, Outcome, Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo,
+    RequestId, RoomId, SessionId, UserId,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -1401,6 +1404,29 @@ const KEYS: [&str; 13] = [
     "</channel>",
     "<\u{200B}channel",
 ];
+/// The agent's texts, each with the request id it names as a person reads it (at
+/// most one), written out by hand: the oracle for the core's reading.
+const WRITE_TEXTS: [(&str, Option<&str>); 16] = [
+    ("done", None),
+    ("see abcde", Some("abcde")),
+    ("FGHIJ?", Some("fghij")),
+    ("<b>ab</b>cde", Some("abcde")),
+    ("**fg**hij", Some("fghij")),
+    ("a\u{200B}bcde", Some("abcde")),
+    ("\u{0430}bcde", Some("abcde")),
+    ("&#102;ghij", Some("fghij")),
+    ("\u{FF46}\u{FF47}\u{FF48}\u{FF49}\u{FF4A}", Some("fghij")),
+    ("xabcde abcdef", None),
+    ("yes abcdl", None),
+    ("fghi-j", None),
+    ("</channel>", None),
+    ("", None),
+    ("\u{1F44D}", None),
+    ("<a href=\"https://x/abcde\">link</a>", Some("abcde")),
+];
+/// The identities an agent's write names: mostly `work`, sometimes `home`, and one
+/// never added.
+const WRITERS: [&str; 12] = [ID, ID, ID, ID, ID, ID, ID, ID, ID, "home", "home", "ghost"];
 const JUMPS: [Millis; 14] = [
     0,
     1,
@@ -1459,6 +1485,18 @@ enum Op {
     },
     Tick(usize),
     Back(Millis),
+    /// The agent asks for a write: its identity, kind, target, texts, room and the
+    /// original sender of an edit.
+    Write {
+        identity: usize,
+        kind: usize,
+        target: usize,
+        text: usize,
+        room: usize,
+        sender: usize,
+    },
+    /// The server could not read a `permission_request` of a session.
+    Invalid(usize, usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -1485,6 +1523,12 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (i(), 0usize..8).prop_map(|(which, outcome)| Op::Complete { which, outcome }),
         4 => (0usize..JUMPS.len() * 3).prop_map(Op::Tick),
         1 => (1u64..10_000).prop_map(Op::Back),
+        8 => (i(), i(), i(), i(), i(), i()).prop_map(
+            |(identity, kind, target, text, room, sender)| Op::Write {
+                identity, kind, target, text, room, sender,
+            }
+        ),
+        1 => (i(), i()).prop_map(|(a, b)| Op::Invalid(a, b)),
     ]
 }
 
@@ -1493,6 +1537,22 @@ enum Kind {
     Push,
     Post,
     Verdict,
+    Write,
+}
+
+/// What the oracle knows of an agent's write, by construction.
+#[derive(Clone, Debug)]
+struct WriteSpec {
+    identity: String,
+    call: CallId,
+    /// The events it edits, redacts, reacts to, replies to or threads on.
+    targets: Vec<String>,
+    /// The id each text names (in the order of `AgentWrite::texts`).
+    names: Vec<Option<&'static str>>,
+    /// For an edit: whether the original is the identity's own.
+    own_original: Option<bool>,
+    /// For a leave: the room.
+    leaves: Option<String>,
 }
 
 /// What the run has seen: the ids to pick from and the facts to check against.
@@ -1513,6 +1573,15 @@ struct Seen {
     attached: BTreeSet<(String, String)>,
     asked: BTreeSet<(String, String, String)>,
     decided: BTreeSet<(String, String, String)>,
+    /// Which identity each prompt post is for.
+    post_identity: BTreeMap<EffectId, String>,
+    /// (identity, event) of every prompt message Matrix ever gave a post: held or
+    /// retired, the agent may touch none (a run retires fewer prompts than the
+    /// default `prompt_memory`).
+    prompt_messages: BTreeSet<(String, String)>,
+    next_call: u64,
+    /// The agent's write of the step being built, if it is one.
+    write: Option<WriteSpec>,
 }
 
 impl Seen {
@@ -1747,9 +1816,11 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
                 .expect("known");
             // Mostly the natural outcome, sometimes a failure or the wrong kind.
             let outcome = match (outcome, kind) {
-                (0..=4, Kind::Post) | (6, Kind::Push | Kind::Verdict) => Outcome::Posted {
-                    event_id: EventId(seen.fresh("$p")),
-                },
+                (0..=4, Kind::Post) | (6, Kind::Push | Kind::Verdict | Kind::Write) => {
+                    Outcome::Posted {
+                        event_id: EventId(seen.fresh("$p")),
+                    }
+                }
                 (0..=4, _) | (6, Kind::Post) => Outcome::Sent,
                 _ => Outcome::Failed {
                     reason: "lost".into(),
@@ -1758,6 +1829,11 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
             if seen.open.remove(&id) {
                 if let Outcome::Posted { event_id } = &outcome {
                     seen.prompts.push(event_id.to_string());
+                    if kind == Kind::Post {
+                        let identity = seen.post_identity[&id].clone();
+                        seen.prompt_messages
+                            .insert((identity, event_id.to_string()));
+                    }
                 }
                 if matches!(outcome, Outcome::Failed { .. }) {
                     if let Some(key) = seen.push_of.get(&id) {
@@ -1781,8 +1857,344 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
             Input::Tick
         }
         Op::Back(by) => return (seen.now.saturating_sub(*by), Input::Tick),
+        Op::Write {
+            identity: i,
+            kind,
+            target,
+            text,
+            room,
+            sender,
+        } => build_write(seen, *i, *kind, *target, *text, *room, *sender),
+        Op::Invalid(i, s) => Input::InvalidPermissionRequest {
+            identity: IdentityId::from(WRITERS[i % WRITERS.len()]),
+            session: session(*s),
+            error: format!("bad params #{i}"),
+        },
     };
     (seen.now, input)
+}
+
+/// An agent's write, and what the oracle knows of it (`seen.write`).
+fn build_write(
+    seen: &mut Seen,
+    identity: usize,
+    kind: usize,
+    target: usize,
+    text: usize,
+    room: usize,
+    sender: usize,
+) -> Input {
+    let identity = WRITERS[identity % WRITERS.len()];
+    let own = if identity == "home" {
+        "@homebot:hs"
+    } else {
+        BOT
+    };
+    // Half the time a prompt message (of any identity), else any event or none.
+    let target_id = if target % 2 == 1 && !seen.prompt_messages.is_empty() {
+        let messages: Vec<String> = seen.prompt_messages.iter().map(|m| m.1.clone()).collect();
+        Seen::pick(&messages, target)
+    } else {
+        Seen::pick(&seen.events, target)
+    };
+    let event = EventId::from(target_id.as_str());
+    let room_id = RoomId::from([R1, R2][room % 2]);
+    let texts: Vec<(&str, Option<&'static str>)> = (0..3)
+        .map(|k| WRITE_TEXTS[(text + k * 5) % WRITE_TEXTS.len()])
+        .collect();
+    let plain = |k: usize| AgentText::plain(texts[k].0);
+    let html = |k: usize| AgentText {
+        body: texts[k].0.into(),
+        formatted_body: Some(format!("<p>{}</p>", texts[k + 1].0)),
+    };
+    let mut targets = Vec::new();
+    let mut names = Vec::new();
+    let mut own_original = None;
+    let mut leaves = None;
+    let write = match kind % 9 {
+        0 | 1 => {
+            let reply_to = target.is_multiple_of(2).then(|| event.clone());
+            let thread_root = (target % 4 >= 2).then(|| event.clone());
+            targets.extend(
+                reply_to
+                    .iter()
+                    .chain(thread_root.iter())
+                    .map(|e| e.to_string()),
+            );
+            let parts = if kind.is_multiple_of(9) {
+                names.push(texts[0].1);
+                vec![plain(0)]
+            } else {
+                names.extend([texts[0].1, texts[1].1, texts[2].1]);
+                vec![html(0), plain(2)]
+            };
+            AgentWrite::Message {
+                room: room_id,
+                parts,
+                reply_to,
+                thread_root,
+                txn_id: format!("t{target}"),
+            }
+        }
+        2 => {
+            targets.push(target_id.clone());
+            let original_sender = if sender.is_multiple_of(3) { BOSS } else { own };
+            own_original = Some(original_sender == own);
+            let text = if sender.is_multiple_of(2) {
+                names.extend([texts[0].1, texts[1].1]);
+                html(0)
+            } else {
+                names.push(texts[0].1);
+                plain(0)
+            };
+            AgentWrite::Edit {
+                room: room_id,
+                original: event,
+                original_sender: original_sender.into(),
+                text,
+            }
+        }
+        3 => {
+            targets.push(target_id.clone());
+            names.push(texts[0].1);
+            AgentWrite::Reaction {
+                room: room_id,
+                relates_to: event,
+                key: texts[0].0.into(),
+            }
+        }
+        4 => {
+            targets.push(target_id.clone());
+            let reason = sender.is_multiple_of(2).then(|| {
+                names.push(texts[0].1);
+                texts[0].0.to_owned()
+            });
+            AgentWrite::Redaction {
+                room: room_id,
+                redacts: event,
+                reason,
+            }
+        }
+        5 => AgentWrite::Receipt {
+            room: room_id,
+            event_id: event,
+        },
+        6 => AgentWrite::Join {
+            room: room_id.to_string(),
+        },
+        7 => {
+            leaves = Some(room_id.to_string());
+            AgentWrite::Leave { room: room_id }
+        }
+        _ => AgentWrite::Invite {
+            room: room_id,
+            user: EVE.into(),
+        },
+    };
+    seen.next_call += 1;
+    let call = CallId(seen.next_call);
+    seen.write = Some(WriteSpec {
+        identity: identity.to_owned(),
+        call,
+        targets,
+        names,
+        own_original,
+        leaves,
+    });
+    Input::AgentWrite {
+        identity: identity.into(),
+        call,
+        write,
+    }
+}
+
+/// The oracle: how the core must answer `spec`, judged against `probe` (the state
+/// once the step's due timers have fired, which is when the write is judged) and
+/// the run's own record of prompt messages.
+fn expected_write(probe: &Channel, seen: &Seen, spec: &WriteSpec) -> Result<(), DropReason> {
+    let Some(state) = probe.identity(&spec.identity.as_str().into()) else {
+        return Err(DropReason::UnknownIdentity);
+    };
+    if spec.targets.iter().any(|t| {
+        seen.prompt_messages
+            .contains(&(spec.identity.clone(), t.clone()))
+    }) {
+        return Err(DropReason::PromptTarget);
+    }
+    if spec.own_original == Some(false) {
+        return Err(DropReason::NotOwnMessage);
+    }
+    let held: BTreeSet<&str> = state
+        .prompts()
+        .iter()
+        .map(|p| p.request.request_id.as_str())
+        .collect();
+    if let Some(id) = spec.names.iter().flatten().find(|id| held.contains(**id)) {
+        return Err(DropReason::NamesOpenRequest {
+            request_id: rid(id),
+        });
+    }
+    if let Some(room) = &spec.leaves {
+        if state.prompts().iter().any(|p| p.room.as_str() == room) {
+            return Err(DropReason::LeavesPromptRoom);
+        }
+    }
+    Ok(())
+}
+
+/// The agent's writes: an `AgentWrite` input gets exactly one answer for its call, the
+/// oracle's; no other input gets any; no write performed touches a prompt message or
+/// names the id of a prompt held when it was judged; an unreadable
+/// `permission_request` is told to its session and dropped.
+fn check_writes(probe: &Channel, seen: &Seen, input: &Input, effects: &[Effect]) {
+    let answers: Vec<&Effect> = effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Write { .. } | Effect::WriteRefused { .. }))
+        .collect();
+    for effect in &answers {
+        if let Effect::Write {
+            identity, write, ..
+        } = effect
+        {
+            let spec = seen.write.as_ref().expect("a write answers a write");
+            for target in write.targets() {
+                assert!(
+                    !seen
+                        .prompt_messages
+                        .contains(&(identity.to_string(), target.to_string())),
+                    "the agent's write touches prompt {target}: {write:?}"
+                );
+            }
+            let state = probe.identity(identity).expect("known");
+            for id in spec.names.iter().flatten() {
+                assert!(
+                    !state
+                        .prompts()
+                        .iter()
+                        .any(|p| p.request.request_id.as_str() == *id),
+                    "the agent's write names the open request {id}: {write:?}"
+                );
+            }
+        }
+    }
+    match input {
+        Input::AgentWrite {
+            identity,
+            call,
+            write,
+        } => {
+            let spec = seen.write.as_ref().expect("the spec of the write");
+            assert_eq!(spec.call, *call);
+            let [answer] = answers.as_slice() else {
+                panic!("{call} answered {} times: {effects:?}", answers.len())
+            };
+            let expected = expected_write(probe, seen, spec);
+            match (answer, expected) {
+                (
+                    Effect::Write {
+                        identity: i,
+                        call: c,
+                        write: w,
+                        ..
+                    },
+                    Ok(()),
+                ) => assert_eq!((i, c, w), (identity, call, write)),
+                (
+                    Effect::WriteRefused {
+                        identity: i,
+                        call: c,
+                        reason,
+                    },
+                    Err(expected),
+                ) => assert_eq!((i, c, reason), (identity, call, &expected), "{write:?}"),
+                (answer, expected) => {
+                    panic!("{write:?} answered {answer:?}, expected {expected:?}")
+                }
+            }
+        }
+        Input::InvalidPermissionRequest {
+            identity,
+            session,
+            error,
+        } => {
+            assert!(answers.is_empty());
+            match probe.identity(identity) {
+                Some(_) => match effects {
+                    [.., Effect::LogMessage {
+                        identity: i,
+                        session: s,
+                        message,
+                    }, Effect::Dropped {
+                        identity: d,
+                        event_id: None,
+                        reason: DropReason::InvalidPermissionRequest,
+                    }] => {
+                        assert_eq!((i, s, d.as_ref()), (identity, session, Some(identity)));
+                        assert!(message.contains(error.as_str()), "{message}");
+                    }
+                    other => panic!("an unreadable request gave {other:?}"),
+                },
+                None => assert!(matches!(
+                    effects,
+                    [
+                        ..,
+                        Effect::Dropped {
+                            reason: DropReason::UnknownIdentity,
+                            ..
+                        }
+                    ]
+                )),
+            }
+        }
+        _ => assert!(answers.is_empty(), "a write nobody asked for: {answers:?}"),
+    }
+}
+
+/// A text verdict that is a Matrix reply answers only the prompt it replies to: a
+/// decision taken by a replying message is for the prompt whose message it replies to.
+fn check_reply_verdicts(probe: &Channel, input: &Input, effects: &[Effect]) {
+    let Input::Message { identity, message } = input else {
+        return;
+    };
+    let Some(target) = message
+        .content
+        .as_ref()
+        .and_then(|c| c.relation.as_ref())
+        .and_then(|r| r.reply_to())
+    else {
+        return;
+    };
+    for effect in effects {
+        let Effect::Decided {
+            session,
+            request_id,
+            decision,
+            ..
+        } = effect
+        else {
+            continue;
+        };
+        if decision.via
+            != (mc_model::VerdictSource::Text {
+                event_id: message.event_id.clone(),
+            })
+        {
+            continue;
+        }
+        let state = probe.identity(identity).expect("known");
+        let answered: Vec<Option<&EventId>> = state
+            .prompts()
+            .iter()
+            .filter(|p| p.session == *session && p.request.request_id == *request_id)
+            .map(|p| p.phase.message())
+            .collect();
+        assert_eq!(
+            answered,
+            [Some(&target.event_id)],
+            "a reply to {} answered {request_id} of {session}",
+            target.event_id
+        );
+    }
 }
 
 /// Checks one step's effects against everything that must always hold: valid meta
@@ -1796,8 +2208,12 @@ fn check_step(channel: &Channel, seen: &mut Seen, input: &Input, effects: &[Effe
     for effect in effects {
         let with_id = match effect {
             Effect::Push { id, .. } => Some((*id, Kind::Push)),
-            Effect::PostPrompt { id, .. } => Some((*id, Kind::Post)),
+            Effect::PostPrompt { id, identity, .. } => {
+                seen.post_identity.insert(*id, identity.to_string());
+                Some((*id, Kind::Post))
+            }
             Effect::SendVerdict { id, .. } => Some((*id, Kind::Verdict)),
+            Effect::Write { id, .. } => Some((*id, Kind::Write)),
             _ => None,
         };
         if let Some((id, kind)) = with_id {
@@ -1941,10 +2357,21 @@ fn run(ops: &[Op]) {
             which: 1,
             outcome: 0,
         },
+        Op::Ask(0, 0, 1),
+        Op::Complete {
+            which: 1,
+            outcome: 0,
+        },
     ];
     for op in prelude.iter().chain(ops) {
+        seen.write = None;
         let (now, input) = build_input(&mut seen, op);
+        // The state the input is judged against: the step's due timers fired.
+        let mut probe = channel.clone();
+        probe.handle(now, Input::Tick);
         let effects = channel.handle(now, input.clone());
+        check_writes(&probe, &seen, &input, &effects);
+        check_reply_verdicts(&probe, &input, &effects);
         check_step(&channel, &mut seen, &input, &effects);
     }
 }

@@ -5,6 +5,8 @@
 
 mod harness;
 
+#[path = "scenarios/agent_writes.rs"]
+mod agent_writes;
 #[path = "scenarios/config.rs"]
 mod config;
 #[path = "scenarios/delivery.rs"]

@@ -16,10 +16,10 @@
 
 use mc_model::meta::is_valid_meta_key;
 use mc_model::{
-    Behavior, Channel, ChannelNotification, DropReason, Effect, EffectId, EventId, IdentityConfig,
-    IdentityId, Input, Message, MessageContent, Millis, MsgType, NewContent, Outcome, Parent,
-    PermissionRequest, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId,
-    UserId, VerdictSource,
+    AgentWrite, Behavior, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId,
+    EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis, MsgType,
+    NewContent, Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo,
+    RequestId, RoomId, SessionId, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -514,6 +514,30 @@ impl World {
             identity,
             session: None,
             event_id: event_id.clone(),
+        });
+        self.drive();
+    }
+
+    /// The agent asks for `write` as tool call `call#{call}` of the default identity;
+    /// drives. Returns the effects of the input itself (not of its outcome).
+    pub fn agent_write(&mut self, call: u64, write: AgentWrite) -> Vec<Effect> {
+        let identity = self.identity.clone();
+        let effects = self.input(Input::AgentWrite {
+            identity,
+            call: CallId(call),
+            write,
+        });
+        self.drive();
+        effects
+    }
+
+    /// The server could not read a `permission_request` from `session`.
+    pub fn invalid_request(&mut self, session: &str, error: &str) {
+        let identity = self.identity.clone();
+        self.input(Input::InvalidPermissionRequest {
+            identity,
+            session: session.into(),
+            error: error.into(),
         });
         self.drive();
     }

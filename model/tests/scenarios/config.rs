@@ -2,8 +2,9 @@
 
 use crate::harness::*;
 use mc_model::config::{
-    DEFAULT_BODY_CAP_BYTES, DEFAULT_LOG_CAP, DEFAULT_MAX_PROMPTS, DEFAULT_PROMPT_TTL_MS,
-    DEFAULT_QUEUE_CAP, DEFAULT_QUOTE_CAP_CHARS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS,
+    DEFAULT_BODY_CAP_BYTES, DEFAULT_LOG_CAP, DEFAULT_MAX_PROMPTS, DEFAULT_PROMPT_MEMORY,
+    DEFAULT_PROMPT_TTL_MS, DEFAULT_QUEUE_CAP, DEFAULT_QUOTE_CAP_CHARS, DEFAULT_REPLAY_BUDGET,
+    DEFAULT_SETTLE_MS,
 };
 use mc_model::reaction::ReactionKeys;
 use mc_model::{Channel, ConfigError, Gate, IdentityConfig, UserId};
@@ -29,6 +30,7 @@ fn new_settings_have_the_documented_defaults() {
     assert_eq!(config.body_cap_bytes, 16_384);
     assert_eq!(config.quote_cap_chars, 160);
     assert_eq!(config.log_cap, 10_000);
+    assert_eq!(config.prompt_memory, 1_000);
     assert_eq!(
         (
             DEFAULT_PROMPT_TTL_MS,
@@ -38,9 +40,10 @@ fn new_settings_have_the_documented_defaults() {
             DEFAULT_QUEUE_CAP,
             DEFAULT_BODY_CAP_BYTES,
             DEFAULT_QUOTE_CAP_CHARS,
-            DEFAULT_LOG_CAP
+            DEFAULT_LOG_CAP,
+            DEFAULT_PROMPT_MEMORY
         ),
-        (900_000, 3_000, 32, 200, 5_000, 16_384, 160, 10_000)
+        (900_000, 3_000, 32, 200, 5_000, 16_384, 160, 10_000, 1_000)
     );
     assert_eq!(config.validate(), Ok(()));
 }
@@ -82,7 +85,7 @@ type Zero = fn(&mut IdentityConfig);
 
 #[test]
 fn each_zero_setting_is_rejected_by_name() {
-    let cases: [(&str, Zero); 8] = [
+    let cases: [(&str, Zero); 9] = [
         ("prompt_ttl_ms", |c| c.prompt_ttl_ms = 0),
         ("settle_ms", |c| c.settle_ms = 0),
         ("max_prompts", |c| c.max_prompts = 0),
@@ -91,6 +94,7 @@ fn each_zero_setting_is_rejected_by_name() {
         ("body_cap_bytes", |c| c.body_cap_bytes = 0),
         ("quote_cap_chars", |c| c.quote_cap_chars = 0),
         ("log_cap", |c| c.log_cap = 0),
+        ("prompt_memory", |c| c.prompt_memory = 0),
     ];
     for (name, zero) in cases {
         let mut config = work_config();
@@ -110,10 +114,11 @@ fn the_first_zero_setting_is_the_one_reported() {
 }
 
 #[test]
-fn one_millisecond_and_one_item_are_enough() {
+fn one_item_a_one_millisecond_settle_window_and_a_ttl_one_millisecond_longer_are_enough() {
     let mut config = work_config();
-    config.prompt_ttl_ms = 1;
+    config.prompt_ttl_ms = 2;
     config.settle_ms = 1;
+    config.prompt_memory = 1;
     config.max_prompts = 1;
     config.replay_budget = 1;
     config.queue_cap = 1;
@@ -121,6 +126,99 @@ fn one_millisecond_and_one_item_are_enough() {
     config.quote_cap_chars = 1;
     config.log_cap = 1;
     assert_eq!(config.validate(), Ok(()));
+}
+
+#[test]
+fn settings_saved_before_prompt_memory_existed_remember_the_default_number() {
+    let mut json = serde_json::to_value(work_config()).unwrap();
+    json.as_object_mut().unwrap().remove("prompt_memory");
+
+    let config: IdentityConfig = serde_json::from_value(json).unwrap();
+
+    assert_eq!(config.prompt_memory, DEFAULT_PROMPT_MEMORY);
+    assert_eq!(config, work_config());
+}
+
+#[test]
+fn a_settle_window_as_long_as_the_prompt_lifetime_is_rejected() {
+    let mut config = work_config();
+    config.prompt_ttl_ms = 3_000;
+    config.settle_ms = 3_000;
+
+    let err = config.validate().unwrap_err();
+
+    assert_eq!(
+        err,
+        ConfigError::SettleNotShorterThanTtl {
+            settle_ms: 3_000,
+            prompt_ttl_ms: 3_000
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "settle_ms (3000 ms) must be less than prompt_ttl_ms (3000 ms): a verdict by \
+         reaction could never settle before the prompt expires"
+    );
+}
+
+#[test]
+fn a_settle_window_longer_than_the_prompt_lifetime_is_rejected() {
+    let mut config = work_config();
+    config.prompt_ttl_ms = 2_999;
+
+    assert_eq!(
+        config.validate(),
+        Err(ConfigError::SettleNotShorterThanTtl {
+            settle_ms: 3_000,
+            prompt_ttl_ms: 2_999
+        })
+    );
+}
+
+#[test]
+fn a_settle_window_one_millisecond_shorter_than_the_prompt_lifetime_is_accepted() {
+    let mut config = work_config();
+    config.prompt_ttl_ms = 3_001;
+
+    assert_eq!(config.validate(), Ok(()));
+}
+
+#[test]
+fn a_zero_is_reported_before_the_settle_window_is_weighed_against_the_lifetime() {
+    let mut config = work_config();
+    config.prompt_ttl_ms = 0;
+
+    assert_eq!(config.validate(), Err(ConfigError::Zero("prompt_ttl_ms")));
+}
+
+#[test]
+fn an_identity_whose_settle_window_outlasts_its_prompts_or_that_remembers_no_prompt_is_not_added() {
+    let mut long_settle = work_config();
+    long_settle.settle_ms = long_settle.prompt_ttl_ms;
+    let mut no_memory = work_config();
+    no_memory.prompt_memory = 0;
+    let mut channel = Channel::new();
+
+    assert_eq!(
+        channel.add_identity(identity(WORK), long_settle.clone()),
+        Err(ConfigError::SettleNotShorterThanTtl {
+            settle_ms: TTL,
+            prompt_ttl_ms: TTL
+        })
+    );
+    assert_eq!(
+        channel.add_identity(identity(WORK), no_memory.clone()),
+        Err(ConfigError::Zero("prompt_memory"))
+    );
+    assert_eq!(channel.identities().count(), 0);
+
+    channel.add_identity(identity(WORK), work_config()).unwrap();
+    assert!(channel.add_identity(identity(WORK), long_settle).is_err());
+    assert!(channel.add_identity(identity(WORK), no_memory).is_err());
+    assert_eq!(
+        channel.identity(&identity(WORK)).unwrap().config(),
+        &work_config()
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Text verdicts: `yes <id>` / `no <id>` from an approver.
 
 use crate::harness::*;
-use mc_model::{Behavior, DropReason, MsgType, Phase, SessionState};
+use mc_model::{Behavior, DropReason, EventId, MsgType, Phase, SessionState};
 
 #[test]
 fn yes_from_the_approver_allows_the_asking_session_only() {
@@ -367,10 +367,11 @@ fn a_reply_to_an_answered_prompt_is_already_answered_even_if_another_waits() {
 }
 
 #[test]
-fn a_reply_to_some_other_event_still_answers_the_only_prompt() {
+fn a_yes_replying_to_a_chat_message_answers_nothing_and_points_to_the_prompt() {
     let mut w = World::new();
-    w.pending_prompt("abcde");
+    let prompt = w.pending_prompt("abcde");
     let hello = w.say(BOB, R1, "hello");
+    w.mark();
 
     let yes = w.related(
         ALICE,
@@ -378,10 +379,200 @@ fn a_reply_to_some_other_event_still_answers_the_only_prompt() {
         "> <@bob:hs> hello\n\nyes abcde",
         reply(&hello, None),
     );
-    w.send(yes);
+    let yes = w.send(yes);
     w.drive();
 
-    assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Allow)]);
+    assert_eq!(
+        w.trace(),
+        [
+            format!(
+                "notice {yes} \"{} The prompt for abcde is {}: reply to it, or answer without a reply.\"",
+                not_the_prompt("abcde"),
+                link(R1, &prompt),
+            ),
+            format!("drop {yes} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending"]);
+}
+
+#[test]
+fn the_pointer_to_the_prompt_is_a_matrix_to_link_to_its_message() {
+    let mut w = World::new();
+    let prompt = w.pending_prompt("abcde");
+
+    assert_eq!(prompt, ev("$p2"));
+    assert_eq!(link(R1, &prompt), "https://matrix.to/#/!r1%3Ahs/%24p2");
+}
+
+#[test]
+fn a_yes_replying_to_another_prompt_answers_neither_and_points_to_its_own() {
+    let mut w = World::new();
+    let abcde = w.pending_prompt("abcde");
+    w.ask(S1, "qwert");
+    let qwert = w.prompt_event("qwert");
+    w.mark();
+
+    let yes = w.related(ALICE, R1, "yes abcde", reply(&qwert, None));
+    let yes = w.send(yes);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!(
+                "notice {yes} \"{} The prompt for abcde is {}: reply to it, or answer without a reply.\"",
+                not_the_prompt("abcde"),
+                link(R1, &abcde),
+            ),
+            format!("drop {yes} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending", "s1 qwert pending"]);
+}
+
+#[test]
+fn a_yes_replying_to_an_expired_prompt_does_not_answer_its_re_issue() {
+    let mut w = World::new();
+    let old = w.pending_prompt("abcde");
+    w.advance(TTL);
+    w.ask(S1, "abcde");
+    let new = w.prompt_event("abcde");
+    w.mark();
+
+    let yes = w.related(ALICE, R1, "yes abcde", reply(&old, None));
+    let yes = w.send(yes);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!(
+                "notice {yes} \"{} The prompt for abcde is {}: reply to it, or answer without a reply.\"",
+                not_the_prompt("abcde"),
+                link(R1, &new),
+            ),
+            format!("drop {yes} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending"]);
+}
+
+#[test]
+fn a_yes_replying_to_a_message_with_no_such_prompt_anywhere_answers_nothing_and_points_nowhere() {
+    let mut w = World::new();
+    w.attach(S1);
+    let hello = w.say(BOB, R1, "hello");
+    w.mark();
+
+    let yes = w.related(ALICE, R1, "yes abcde", reply(&hello, None));
+    let yes = w.send(yes);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("notice {yes} {:?}", not_the_prompt("abcde")),
+            format!("drop {yes} ReplyNotToPrompt"),
+        ]
+    );
+}
+
+#[test]
+fn a_misdirected_reply_points_nowhere_while_the_prompt_is_already_answered() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.detach(S1);
+    w.say(ALICE, R1, "yes abcde");
+    let hello = w.say(BOB, R1, "hello");
+    w.mark();
+
+    let no = w.related(ALICE, R1, "no abcde", reply(&hello, None));
+    let no = w.send(no);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("notice {no} {:?}", not_the_prompt("abcde")),
+            format!("drop {no} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde decided"]);
+}
+
+#[test]
+fn a_misdirected_reply_points_nowhere_while_two_prompts_in_the_room_share_the_id() {
+    let mut w = World::new();
+    w.attach(S2);
+    w.pending_prompt("abcde");
+    w.ask(S2, "abcde");
+    let hello = w.say(BOB, R1, "hello");
+    w.mark();
+
+    let yes = w.related(ALICE, R1, "yes abcde", reply(&hello, None));
+    let yes = w.send(yes);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("notice {yes} {:?}", not_the_prompt("abcde")),
+            format!("drop {yes} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending", "s2 abcde pending"]);
+}
+
+#[test]
+fn a_misdirected_reply_points_nowhere_when_the_prompt_is_in_another_room() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    let hello = w.say(BOB, R2, "over here");
+    w.mark();
+
+    let yes = w.related(ALICE, R2, "yes abcde", reply(&hello, None));
+    let yes = w.send(yes);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("notice {yes} {:?}", not_the_prompt("abcde")),
+            format!("drop {yes} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending"]);
+}
+
+#[test]
+fn a_misdirected_reply_points_to_the_one_answerable_prompt_past_an_answered_one() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.detach(S1);
+    w.say(ALICE, R1, "yes abcde");
+    w.attach(S2);
+    w.ask(S2, "abcde");
+    let open = w.prompt_event("abcde");
+    let hello = w.say(BOB, R1, "hello");
+    w.mark();
+
+    let no = w.related(ALICE, R1, "no abcde", reply(&hello, None));
+    let no = w.send(no);
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!(
+                "notice {no} \"{} The prompt for abcde is {}: reply to it, or answer without a reply.\"",
+                not_the_prompt("abcde"),
+                link(R1, &open),
+            ),
+            format!("drop {no} ReplyNotToPrompt"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde decided", "s2 abcde pending"]);
 }
 
 #[test]
@@ -562,4 +753,19 @@ fn a_plain_yes_stays_ambiguous_while_an_answered_same_id_prompt_is_in_the_room()
         ]
     );
     assert_eq!(w.phases(), ["s1 abcde delivering", "s2 abcde pending"]);
+}
+
+/// The first sentence of the notice for a reply verdict that replies to something
+/// other than its prompt.
+fn not_the_prompt(id: &str) -> String {
+    format!(
+        "This replies to a message that is not the pending prompt for {id}, so it answers nothing."
+    )
+}
+
+/// The `matrix.to` link to a prompt `event` in `room`, written out by hand.
+fn link(room: &str, event: &EventId) -> String {
+    let room = room.replace(':', "%3A");
+    let event = event.as_str().replace('$', "%24");
+    format!("https://matrix.to/#/{room}/{event}")
 }
