@@ -606,9 +606,14 @@ impl IdentityState {
         ids
     }
 
-    /// Remembers a retired prompt's message, forgetting the oldest beyond
+    /// Remembers a retired prompt's message once, forgetting the oldest beyond
     /// `prompt_memory`.
     fn remember_prompt(&mut self, message: EventId) {
+        // A prompt evicted while its verdict was in flight is retired, then its
+        // send completes: one slot, not two (a duplicate pushed an older one out).
+        if self.retired_prompts.contains(&message) {
+            return;
+        }
         self.retired_prompts.push_back(message);
         while self.retired_prompts.len() > self.config.prompt_memory {
             self.retired_prompts.pop_front();
