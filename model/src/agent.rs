@@ -165,8 +165,9 @@ impl AgentText {
 /// ZERO WIDTH SPACE, variation selectors, tags), is lower-cased and taken through
 /// the confusable skeleton of Unicode Technical Standard #39 ("Confusable
 /// Detection"), so `ABCDE`, `a\u{200B}bcde`, full-width `ａｂｃｄｅ` and Cyrillic
-/// `аbcde` all name `abcde`. Words are runs of alphanumeric characters: `xabcde`
-/// does not name `abcde`. A false match only refuses a write; a missed one could
+/// `аbcde` all name `abcde`. Words are runs of letters, taken both as written and
+/// in the skeleton of the whole text: `xabcde` does not name `abcde`; `|abcde|`
+/// and `abcde1` do. A false match only refuses a write; a missed one could
 /// let an imitation of a prompt be answered, so the readings err towards matching.
 pub fn names_request_id<'a>(text: &str, ids: &'a [RequestId]) -> Option<&'a RequestId> {
     if ids.is_empty() {
@@ -190,7 +191,7 @@ pub fn names_request_id<'a>(text: &str, ids: &'a [RequestId]) -> Option<&'a Requ
             // Words as written, each through the skeleton (the skeleton maps some
             // punctuation to letters: `|abcde|` would become one word `l…l`), and
             // words of the whole skeleton (a look-alike of a letter that is not
-            // itself alphanumeric would split the word as written).
+            // itself a letter would split the word as written).
             let as_written = visible
                 .split(|c: char| !c.is_alphabetic())
                 .find_map(|word| matching(&skeleton(word)));
