@@ -121,19 +121,11 @@ pub const SAID: [Said; 18] = [
     said("\u{0430}bcde", &[0]),
     said("Done: 3 files changed, tests pass.", &[]),
     said("<i>FGH</i>\u{200D}IJ", &[1]),
-    // The core's reading takes the UTS #39 skeleton before it splits words, and the
-    // skeleton of `|` is `l` (of an em dash `ー`, a letter): a Markdown table cell
-    // `|abcde|` and `fghij—it` name no id for it, though a person reads one.
-    Said {
-        text: "| tool | id |\n|---|---|\n| Bash |abcde|",
-        names: &[],
-        missed: &[0],
-    },
-    Said {
-        text: "approve fghij\u{2014}it only lists files",
-        names: &[],
-        missed: &[1],
-    },
+    // The UTS #39 skeleton of `|` is `l` (of an em dash `ー`, a letter): read only
+    // through the skeleton, a Markdown table cell `|abcde|` and `fghij—it` named no
+    // id, though a person reads one (found by this target's oracle).
+    said("| tool | id |\n|---|---|\n| Bash |abcde|", &[0]),
+    said("approve fghij\u{2014}it only lists files", &[1]),
 ];
 
 /// An event a later op refers to: a prompt message (`0x80` set) or an earlier event,
