@@ -5,7 +5,9 @@
 //! with an exhaustive `match`. So a new `Input` variant fails to compile here, and a
 //! new action fails to compile in every adapter, until each handles it.
 
-use crate::world::{Ident, Key, Redactor, Rel, Rid, Sel, Sess, Text, Who, World};
+use crate::world::{
+    AgentOp, BadRequest, Ident, Key, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+};
 use mc_model::Input;
 use serde::{Deserialize, Serialize};
 
@@ -74,6 +76,13 @@ alphabet! {
     /// `Input::PermissionRequest`: the session sends
     /// `notifications/claude/channel/permission_request`.
     PermissionRequest { session: Sess, rid: Rid } => permission_request,
+    /// `Input::InvalidPermissionRequest`: the session sends a
+    /// `permission_request` the server cannot read.
+    InvalidPermissionRequest { session: Sess, bad: BadRequest } => invalid_permission_request,
+    /// `Input::AgentWrite`: the agent writes to Matrix through the identity's tools
+    /// (`send_message`, `edit_message`, `send_reaction`, `redact`); `ident` is the
+    /// identity when the write has no target (else the target's).
+    AgentWrite { ident: Ident, op: AgentOp } => agent_write,
     /// `Input::Acknowledge`: the agent acknowledges the identity's n-th message, through
     /// the session or (`None`) through the identity's tools.
     Acknowledge { ident: Ident, session: Option<Sess>, target: usize } => acknowledge,
@@ -82,6 +91,9 @@ alphabet! {
     BreakStream { session: Sess } => break_stream,
     /// `Input::Tick`: `ms` milliseconds pass.
     Tick { ms: u64 } => tick,
+    /// `Input::Restarted`: the server process is replaced by a new one on the same
+    /// state. Not generated yet (`conformance/skip.txt`).
+    Restart {} => restart,
 }
 
 /// The action an input comes from. Exhaustive: a new `Input` variant fails to compile
@@ -94,8 +106,11 @@ pub fn kind_of(input: &Input) -> ActionKind {
         Input::Reaction { .. } => ActionKind::Reaction,
         Input::Redaction { .. } => ActionKind::Redaction,
         Input::PermissionRequest { .. } => ActionKind::PermissionRequest,
+        Input::InvalidPermissionRequest { .. } => ActionKind::InvalidPermissionRequest,
+        Input::AgentWrite { .. } => ActionKind::AgentWrite,
         Input::Acknowledge { .. } => ActionKind::Acknowledge,
         Input::Completed { .. } => ActionKind::BreakStream,
         Input::Tick => ActionKind::Tick,
+        Input::Restarted => ActionKind::Restart,
     }
 }

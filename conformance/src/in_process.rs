@@ -11,15 +11,20 @@
 
 use crate::alphabet::Adapter;
 use crate::world::{
-    normalize_content, Ev, Ident, Key, Observation, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+    log_params, normalize_content, AgentOp, BadRequest, Ev, Ident, Key, Observation, Redactor, Rel,
+    Rid, Sel, Sess, Text, ToolAnswer, Who, World, LOG_METHOD,
 };
-use mc_model::{Channel, EventId, IdentityId, Input, Millis, PromptText, RoomId, SessionId};
-use mc_server::engine::{self, EngineHandle, NoPersist, Wire};
+use mc_model::{
+    AgentText, AgentWrite, Channel, EventId, IdentityId, Input, Millis, PromptText, RoomId,
+    SessionId,
+};
+use mc_server::engine::{self, EngineHandle, NoPersist, Wire, WriteAnswer};
 use mc_server::matrix::{timeline_input, RoomView};
 use mc_server::server::{edit_content, notice_content, prompt_content};
+use mc_server::write::{markdown_text, text_content, with_relation, ToolError, Written};
 use serde_json::{json, Value};
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 thread_local! {
@@ -44,6 +49,8 @@ pub struct Net {
     broken: BTreeSet<SessionId>,
     /// Wire calls so far (to see when the engine and its tasks are idle).
     calls: u64,
+    /// The ids the homeserver gives the agent's next events (the world's names).
+    next_ids: VecDeque<EventId>,
 }
 
 impl Net {
@@ -80,17 +87,32 @@ impl MemWire {
         content: Value,
         prompt: bool,
     ) {
+        self.send_event(identity, room, event_id, "m.room.message", content, prompt);
+    }
+
+    /// Stores an event the identity sent and observes it; `with_id` for prompts and
+    /// the agent's writes.
+    fn send_event(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        event_id: String,
+        event_type: &str,
+        content: Value,
+        with_id: bool,
+    ) {
         let ident = ident_of(identity);
         let mut net = self.net.lock().unwrap();
         net.calls += 1;
         net.observed.push(Observation::Sent {
             ident,
             room: room.clone(),
-            event_id: prompt.then(|| EventId(event_id.clone())),
+            event_id: with_id.then(|| EventId(event_id.clone())),
+            event_type: event_type.to_owned(),
             content: normalize_content(&content),
         });
         net.events.push(json!({
-            "type": "m.room.message",
+            "type": event_type,
             "event_id": event_id,
             "sender": Who::Bot.user_id(ident).0,
             "origin_server_ts": clock(),
@@ -163,6 +185,143 @@ impl Wire for MemWire {
             serde_json::to_value(notice_content(&target, text)).map_err(|e| e.to_string())?;
         let id = format!("$notice{}", self.net.lock().unwrap().calls);
         self.send(identity, room, id, content, false);
+        Ok(())
+    }
+
+    /// As `mc_server::write::perform` sends the write: message parts through impl's
+    /// own builders (`text_content`, `with_relation`, the reply's sender mentioned);
+    /// an edit as ruma's `make_replacement` builds it; a reaction; a redaction with
+    /// `redacts` in the content.
+    async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError> {
+        let ident = ident_of(identity);
+        let bot = Who::Bot.user_id(ident).0;
+        let invalid = |e: String| ToolError::Invalid(e);
+        let mut sends: Vec<(RoomId, &'static str, Value)> = Vec::new();
+        match write {
+            AgentWrite::Message {
+                room,
+                parts,
+                reply_to,
+                thread_root,
+                ..
+            } => {
+                let reply = match reply_to {
+                    Some(e) => Some(
+                        e.0.as_str()
+                            .try_into()
+                            .map_err(|e| invalid(format!("{e}")))?,
+                    ),
+                    None => None,
+                };
+                let root = match thread_root {
+                    Some(e) => Some(
+                        e.0.as_str()
+                            .try_into()
+                            .map_err(|e| invalid(format!("{e}")))?,
+                    ),
+                    None => None,
+                };
+                let sender = reply_to.as_ref().and_then(|r| {
+                    let net = self.net.lock().unwrap();
+                    net.events
+                        .iter()
+                        .find(|e| e["event_id"] == r.0.as_str())
+                        .and_then(|e| e["sender"].as_str().map(str::to_owned))
+                });
+                let mention = match sender.filter(|s| *s != bot) {
+                    Some(s) => Some(s.as_str().try_into().map_err(|e| invalid(format!("{e}")))?),
+                    None => None,
+                };
+                for (i, part) in parts.iter().enumerate() {
+                    let content = with_relation(
+                        text_content(part),
+                        reply.as_ref(),
+                        root.as_ref(),
+                        i == 0,
+                        mention.clone(),
+                    );
+                    let content =
+                        serde_json::to_value(content).map_err(|e| invalid(e.to_string()))?;
+                    sends.push((room.clone(), "m.room.message", content));
+                }
+            }
+            AgentWrite::Edit {
+                room,
+                original,
+                text,
+                ..
+            } => {
+                let new_content =
+                    serde_json::to_value(text_content(text)).map_err(|e| invalid(e.to_string()))?;
+                let mut content = new_content.clone();
+                content["body"] = json!(format!("* {}", text.body));
+                content["format"] = json!("org.matrix.custom.html");
+                content["formatted_body"] = json!(format!(
+                    "* {}",
+                    text.formatted_body.as_deref().unwrap_or_default()
+                ));
+                content["m.new_content"] = new_content;
+                content["m.relates_to"] = json!({"rel_type": "m.replace", "event_id": original.0});
+                sends.push((room.clone(), "m.room.message", content));
+            }
+            AgentWrite::Reaction {
+                room,
+                relates_to,
+                key,
+            } => sends.push((
+                room.clone(),
+                "m.reaction",
+                json!({"m.relates_to": {
+                    "rel_type": "m.annotation", "event_id": relates_to.0, "key": key,
+                }}),
+            )),
+            AgentWrite::Redaction {
+                room,
+                redacts,
+                reason,
+            } => {
+                let mut content = json!({"redacts": redacts.0});
+                if let Some(reason) = reason {
+                    content["reason"] = json!(reason);
+                }
+                sends.push((room.clone(), "m.room.redaction", content));
+            }
+            other => {
+                return Err(ToolError::Invalid(format!(
+                    "the in-memory homeserver takes no {} write",
+                    other.kind()
+                )))
+            }
+        }
+        let mut event_ids = Vec::new();
+        for (room, event_type, content) in sends {
+            let id = {
+                let mut net = self.net.lock().unwrap();
+                net.next_ids
+                    .pop_front()
+                    .map_or_else(|| format!("$unexpected{}", net.calls), |id| id.0)
+            };
+            self.send_event(identity, &room, id.clone(), event_type, content, true);
+            event_ids.push(id);
+        }
+        Ok(Written {
+            event_ids,
+            room_id: None,
+        })
+    }
+
+    async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
+        let mut net = self.net.lock().unwrap();
+        net.calls += 1;
+        if net.broken.contains(session) {
+            return Err("the stream broke".to_owned());
+        }
+        let session = sess_of(session).ok_or_else(|| format!("no session {session}"))?;
+        net.observed.push(Observation::Notification {
+            session,
+            method: LOG_METHOD.to_owned(),
+            params: log_params(message),
+        });
         Ok(())
     }
 }
@@ -373,9 +532,71 @@ impl Adapter for InProcess {
         })
     }
 
+    fn invalid_permission_request(
+        &mut self,
+        _: &World,
+        session: &Sess,
+        bad: &BadRequest,
+    ) -> Result<(), String> {
+        // As the MCP handler does: what `permission_request` cannot read becomes
+        // `InvalidPermissionRequest` with its error.
+        match mc_server::mcp::permission_request(Some(bad.params())) {
+            Ok(request) => Err(format!("the server read a malformed request: {request:?}")),
+            Err(error) => self.submit(Input::InvalidPermissionRequest {
+                identity: session.ident().id(),
+                session: session.id(),
+                error,
+            }),
+        }
+    }
+
+    /// The engine's `write`, with the write the tool builds: the reference's
+    /// targets (resolved before the action) and the text through impl's own Markdown
+    /// rendering (`markdown_text`).
+    fn agent_write(&mut self, world: &World, _: &Ident, op: &AgentOp) -> Result<(), String> {
+        let (ident, mut write) = world.last_write.clone().ok_or("no agent write")?;
+        let rendered = |say: crate::world::Say| -> AgentText { markdown_text(&say.markdown()) };
+        match (&mut write, *op) {
+            (AgentWrite::Message { parts, .. }, AgentOp::Send { say, .. }) => {
+                *parts = vec![rendered(say)]
+            }
+            (AgentWrite::Edit { text, .. }, AgentOp::Edit { say, .. }) => *text = rendered(say),
+            _ => {}
+        }
+        self.wire.net.lock().unwrap().next_ids = world.wrote.iter().cloned().collect();
+        let answer = self
+            .rt
+            .block_on(self.engine.write(ident.id(), write.clone()))
+            .map_err(|e| e.to_string())?;
+        let answer = match answer {
+            WriteAnswer::Done(written) => ToolAnswer::Sent {
+                event_ids: written.event_ids.into_iter().map(EventId).collect(),
+            },
+            WriteAnswer::Refused(reason) => ToolAnswer::Error {
+                kind: mc_server::write::refusal(&reason, &write, "")
+                    .kind()
+                    .to_owned(),
+            },
+            WriteAnswer::Failed(e) => ToolAnswer::Error {
+                kind: e.kind().to_owned(),
+            },
+        };
+        self.wire
+            .net
+            .lock()
+            .unwrap()
+            .observed
+            .push(Observation::Wrote { ident, answer });
+        Ok(())
+    }
+
     fn break_stream(&mut self, _: &World, session: &Sess) -> Result<(), String> {
         self.wire.net.lock().unwrap().broken.insert(session.id());
         Ok(())
+    }
+
+    fn restart(&mut self, _: &World) -> Result<(), String> {
+        Err("restart is not generated yet (conformance/skip.txt)".to_owned())
     }
 
     fn tick(&mut self, world: &World, _: &u64) -> Result<(), String> {

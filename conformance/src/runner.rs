@@ -100,12 +100,32 @@ impl Coverage {
                     }
                 }
                 Observation::Sent {
+                    event_id: Some(id),
+                    event_type,
+                    content,
+                    ..
+                } if !id.0.starts_with("$mc-prompt-") => match event_type.as_str() {
+                    "m.room.message" if content.get("m.new_content").is_some() => {
+                        "agent edit".to_owned()
+                    }
+                    "m.room.message" if content.get("m.relates_to").is_some() => {
+                        "agent reply or thread message".to_owned()
+                    }
+                    "m.room.message" => "agent message".to_owned(),
+                    "m.reaction" => "agent reaction".to_owned(),
+                    other => format!("agent {other}"),
+                },
+                Observation::Sent {
                     event_id: Some(_), ..
                 } => "prompt posted".to_owned(),
                 Observation::Sent { content, .. } if content.get("m.new_content").is_some() => {
                     "prompt edited".to_owned()
                 }
                 Observation::Sent { .. } => "notice".to_owned(),
+                Observation::Wrote { answer, .. } => match answer {
+                    crate::world::ToolAnswer::Sent { .. } => "write tool: sent".to_owned(),
+                    crate::world::ToolAnswer::Error { kind } => format!("write tool: {kind}"),
+                },
                 Observation::Acknowledged { acknowledged, .. } => {
                     format!("acknowledge tool: {acknowledged}")
                 }

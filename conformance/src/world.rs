@@ -15,9 +15,9 @@
 
 use crate::alphabet::{kind_of, Action};
 use mc_model::{
-    Channel, Effect, EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis,
-    MsgType, NewContent, Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation,
-    ReplyTo, RequestId, RoomId, SessionId, SessionState, UserId,
+    AgentText, AgentWrite, CallId, Channel, Effect, EventId, IdentityConfig, IdentityId, Input,
+    Message, MessageContent, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
+    Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId, SessionState, UserId,
 };
 use proptest::prelude::*;
 use proptest_state_machine::ReferenceStateMachine;
@@ -281,6 +281,9 @@ impl Text {
 pub enum Sel {
     Prompt(usize),
     Message(usize),
+    /// The n-th message the identity's own account sent (the agent's, and in process
+    /// the generated bot messages).
+    Own(usize),
 }
 
 /// Who redacts: the event's own sender (a withdrawal), or someone else.
@@ -337,6 +340,132 @@ impl Key {
             Key::Down => "👎",
             Key::DownTone => "👎🏿",
             Key::Heart => "❤️",
+        }
+    }
+}
+
+/// What the agent says through a write tool, as Markdown (see [`Say::text`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Say {
+    /// One of [`AGENT_CHAT`]: it names no request id.
+    Innocent(u8),
+    /// Names the request id as it is.
+    Names(Rid),
+    /// Names the request id in a lookalike spelling (a Cyrillic letter for a Latin one).
+    Lookalike(Rid),
+}
+
+/// The agent's innocent texts, as Markdown.
+pub const AGENT_CHAT: [&str; 4] = [
+    "The tests pass.",
+    "**bold** and `code`",
+    "see <https://example.org/a?b=c&d>",
+    "line one\nline two",
+];
+
+impl Say {
+    /// The Markdown the agent gives the tool.
+    pub fn markdown(self) -> String {
+        match self {
+            Say::Innocent(n) => AGENT_CHAT[n as usize % AGENT_CHAT.len()].to_owned(),
+            Say::Names(r) => format!("Run step {} now?", r.as_str()),
+            Say::Lookalike(r) => format!("Run step {} now?", lookalike(r)),
+        }
+    }
+
+    /// The text the tool sends, predicted: the `body` is the Markdown, and the
+    /// `formatted_body` its HTML where Markdown renders to more than plain text.
+    pub fn text(self) -> AgentText {
+        let body = self.markdown();
+        let html = match self {
+            Say::Innocent(n) => match n as usize % AGENT_CHAT.len() {
+                1 => Some("<strong>bold</strong> and <code>code</code>".to_owned()),
+                2 => Some(
+                    "see <a href=\"https://example.org/a?b=c&amp;d\">https://example.org/a?b=c&amp;d</a>"
+                        .to_owned(),
+                ),
+                3 => Some("line one<br />\nline two".to_owned()),
+                _ => None,
+            },
+            Say::Names(_) | Say::Lookalike(_) => None,
+        };
+        AgentText {
+            body,
+            formatted_body: html,
+        }
+    }
+}
+
+/// `rid` spelt with a Cyrillic lookalike letter.
+fn lookalike(rid: Rid) -> &'static str {
+    match rid {
+        Rid::R1 => "\u{0430}bcde",
+        Rid::R2 => "fgh\u{0456}\u{0458}",
+    }
+}
+
+/// What an agent's message relates to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AgentRel {
+    None,
+    /// `reply_to`.
+    Reply {
+        to: Sel,
+    },
+    /// `thread_root`; with `reply`, also `reply_to` the root.
+    Thread {
+        root: Sel,
+        reply: bool,
+    },
+}
+
+/// A write the agent asks a tool for, as the identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AgentOp {
+    /// `send_message` in the identity's room `room` (or the target's).
+    Send { room: u8, say: Say, rel: AgentRel },
+    /// `edit_message` of the event `of` picks.
+    Edit { of: Sel, say: Say },
+    /// `send_reaction` to the event `to` picks.
+    React { to: Sel, key: Key },
+    /// `redact` of the event `target` picks, with a reason.
+    Redact { target: Sel, reason: Option<Say> },
+}
+
+/// What is wrong with a `permission_request` a session sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BadRequest {
+    /// `tool_name` is missing.
+    MissingField(Rid),
+    /// The `request_id` is not five letters of `a-km-z` (it has an `l`).
+    BadId,
+}
+
+impl BadRequest {
+    /// The params the session sends.
+    pub fn params(self) -> Value {
+        match self {
+            BadRequest::MissingField(rid) => {
+                let mut p = rid.params();
+                p.as_object_mut().expect("an object").remove("tool_name");
+                p
+            }
+            BadRequest::BadId => {
+                let mut p = Rid::R1.params();
+                p["request_id"] = json!("abcdl");
+                p
+            }
+        }
+    }
+
+    /// The server's reason, as `mc_server::mcp::permission_request` words it.
+    pub fn error(self) -> String {
+        match self {
+            BadRequest::MissingField(_) => "params: missing field `tool_name`".to_owned(),
+            BadRequest::BadId => format!(
+                "request_id: {}",
+                RequestId::parse("abcdl").expect_err("`l` is not in the alphabet")
+            ),
         }
     }
 }
@@ -409,13 +538,32 @@ pub enum Observation {
         acknowledged: bool,
     },
     /// An event the identity sent to a room ([`normalize_content`]); `event_id` for
-    /// prompts only.
+    /// prompts and the agent's writes only.
     Sent {
         ident: Ident,
         room: RoomId,
         event_id: Option<EventId>,
+        event_type: String,
         content: Value,
     },
+    /// A write tool's answer to the agent.
+    Wrote { ident: Ident, answer: ToolAnswer },
+}
+
+/// What a write tool answers: the events it sent, or an error's `kind`
+/// (`structuredContent.error.kind`; `forbidden` when the model refused the write).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolAnswer {
+    Sent { event_ids: Vec<EventId> },
+    Error { kind: String },
+}
+
+/// The MCP logging method (`notifications/message`) and its params for `message`, as
+/// the server sends a model `LogMessage`.
+pub const LOG_METHOD: &str = "notifications/message";
+
+pub fn log_params(message: &str) -> Value {
+    json!({"level": "warning", "logger": "matrix-channel", "data": message})
 }
 
 /// An event's content as compared: the whole of it (every key the server sends must
@@ -440,6 +588,14 @@ pub struct World {
     pub expected: Vec<Observation>,
     /// The model inputs of the last action, outcomes included (for reports).
     pub inputs: Vec<Input>,
+    /// The events the last action's agent write sent, in order (the in-memory
+    /// homeserver names them so).
+    pub wrote: Vec<EventId>,
+    /// The next tool call's id (the engine numbers them from 0).
+    pub next_call: u64,
+    /// The last action's agent write, as the reference built it from the state before
+    /// the action (selectors resolved; adapters read their targets from it).
+    pub last_write: Option<(Ident, AgentWrite)>,
 }
 
 impl World {
@@ -459,6 +615,9 @@ impl World {
             known: BTreeSet::new(),
             expected: Vec::new(),
             inputs: Vec::new(),
+            wrote: Vec::new(),
+            next_call: 0,
+            last_write: None,
         }
     }
 
@@ -475,6 +634,8 @@ impl World {
     pub fn apply(&mut self, action: &Action) {
         self.expected.clear();
         self.inputs.clear();
+        self.wrote.clear();
+        self.last_write = None;
         match *action {
             Action::Attach { session } => {
                 self.broken.remove(&session);
@@ -599,6 +760,26 @@ impl World {
                     });
                 }
             }
+            Action::AgentWrite { ident, op } => {
+                let (ident, write) = self
+                    .agent_write(ident, op)
+                    .expect("checked by the precondition");
+                let call = CallId(self.next_call);
+                self.next_call += 1;
+                self.last_write = Some((ident, write.clone()));
+                self.run(Input::AgentWrite {
+                    identity: ident.id(),
+                    call,
+                    write,
+                });
+            }
+            Action::InvalidPermissionRequest { session, bad } => {
+                self.run(Input::InvalidPermissionRequest {
+                    identity: session.ident().id(),
+                    session: session.id(),
+                    error: bad.error(),
+                })
+            }
             Action::BreakStream { session } => {
                 self.broken.insert(session);
             }
@@ -606,6 +787,7 @@ impl World {
                 self.now += ms;
                 self.run(Input::Tick);
             }
+            Action::Restart {} => self.run(Input::Restarted),
         }
         if self.mode == Mode::Real {
             // Wall-clock time passes between actions: a vote's 1 ms settle window ends
@@ -623,8 +805,237 @@ impl World {
                 self.targets(|e| matches!(e.kind, EvKind::Message { .. })),
                 n,
             ),
+            Sel::Own(n) => (
+                self.targets(|e| e.sender == Who::Bot && matches!(e.kind, EvKind::Message { .. })),
+                n,
+            ),
         };
         pick_nth(&list, n)
+    }
+
+    /// The event an agent's write targets, and the write the tool builds for it
+    /// (`None` when the selector picks nothing).
+    pub fn agent_target(&self, op: AgentOp) -> Option<usize> {
+        match op {
+            AgentOp::Send { rel, .. } => match rel {
+                AgentRel::None => None,
+                AgentRel::Reply { to } => self.sel(to),
+                AgentRel::Thread { root, .. } => self.sel(root),
+            },
+            AgentOp::Edit { of, .. } => self.sel(of),
+            AgentOp::React { to, .. } => self.sel(to),
+            AgentOp::Redact { target, .. } => self.sel(target),
+        }
+    }
+
+    /// The identity that writes and the [`AgentWrite`] the tool hands the model, as
+    /// the tools build it (`impl/src/mcp/write_tools.rs`): a reply to a thread message
+    /// stays in its thread; an edit names the original's sender. `None` when a
+    /// selector picks nothing.
+    pub fn agent_write(&self, ident: Ident, op: AgentOp) -> Option<(Ident, AgentWrite)> {
+        let target = self.agent_target(op);
+        let t = target.map(|t| &self.events[t]);
+        if t.is_none()
+            && !matches!(
+                op,
+                AgentOp::Send {
+                    rel: AgentRel::None,
+                    ..
+                }
+            )
+        {
+            return None;
+        }
+        let ident = t.map_or(ident, |t| t.ident);
+        let write = match op {
+            AgentOp::Send { room, say, rel } => {
+                let room = t.map_or_else(|| ident.room(room), |t| t.room.clone());
+                let (reply_to, thread_root) = match rel {
+                    AgentRel::None => (None, None),
+                    AgentRel::Reply { .. } => {
+                        let t = t?;
+                        let thread = &t.content["m.relates_to"];
+                        let root = (thread["rel_type"] == "m.thread")
+                            .then(|| thread["event_id"].as_str().map(|r| EventId(r.to_owned())))
+                            .flatten();
+                        (Some(t.id.clone()), root)
+                    }
+                    AgentRel::Thread { reply, .. } => {
+                        let t = t?;
+                        (reply.then(|| t.id.clone()), Some(t.id.clone()))
+                    }
+                };
+                AgentWrite::Message {
+                    room,
+                    parts: vec![say.text()],
+                    reply_to,
+                    thread_root,
+                    txn_id: format!("mc-call-{}", self.next_call),
+                }
+            }
+            AgentOp::Edit { say, .. } => {
+                let t = t?;
+                AgentWrite::Edit {
+                    room: t.room.clone(),
+                    original: t.id.clone(),
+                    original_sender: t.sender.user_id(t.ident),
+                    text: say.text(),
+                }
+            }
+            AgentOp::React { key, .. } => {
+                let t = t?;
+                AgentWrite::Reaction {
+                    room: t.room.clone(),
+                    relates_to: t.id.clone(),
+                    key: key.as_str().to_owned(),
+                }
+            }
+            AgentOp::Redact { reason, .. } => {
+                let t = t?;
+                AgentWrite::Redaction {
+                    room: t.room.clone(),
+                    redacts: t.id.clone(),
+                    reason: reason.map(Say::markdown),
+                }
+            }
+        };
+        Some((ident, write))
+    }
+
+    /// The events a performed write sends, as the identity puts them on the wire:
+    /// each is a world event and an observation, and the tool answers with their ids.
+    fn perform(&mut self, ident: Ident, write: AgentWrite) -> ToolAnswer {
+        let mut sent = Vec::new();
+        let bot = Who::Bot.user_id(ident);
+        let room = match &write {
+            AgentWrite::Message { room, .. }
+            | AgentWrite::Edit { room, .. }
+            | AgentWrite::Reaction { room, .. }
+            | AgentWrite::Redaction { room, .. } => room.clone(),
+            other => panic!("the alphabet has no {} write", other.kind()),
+        };
+        let index_of = |w: &World, id: &EventId| w.events.iter().position(|e| e.id == *id);
+        match write {
+            AgentWrite::Message {
+                parts,
+                reply_to,
+                thread_root,
+                ..
+            } => {
+                for (i, part) in parts.iter().enumerate() {
+                    let mut content = text_json(part);
+                    let reply_to = reply_to.as_ref().filter(|_| i == 0);
+                    let relates = match (reply_to, &thread_root) {
+                        (Some(t), Some(root)) => Some(json!({
+                            "rel_type": "m.thread", "event_id": root.0,
+                            "m.in_reply_to": {"event_id": t.0},
+                        })),
+                        (None, Some(root)) => Some(json!({
+                            "rel_type": "m.thread", "event_id": root.0, "is_falling_back": true,
+                            "m.in_reply_to": {"event_id": root.0},
+                        })),
+                        (Some(t), None) => Some(json!({"m.in_reply_to": {"event_id": t.0}})),
+                        (None, None) => None,
+                    };
+                    if let Some(relates) = relates {
+                        content["m.relates_to"] = relates;
+                    }
+                    if let Some(t) = reply_to.and_then(|t| index_of(self, t)) {
+                        let sender = self.events[t].sender.user_id(self.events[t].ident);
+                        if sender != bot {
+                            content["m.mentions"] = json!({"user_ids": [sender.0]});
+                        }
+                    }
+                    let kind = EvKind::Message {
+                        body: part.body.clone(),
+                        is_reply: reply_to.is_some(),
+                    };
+                    let id = self.agent_event(ident, &room, "m.room.message", content, kind);
+                    sent.push(id);
+                }
+            }
+            AgentWrite::Edit { original, text, .. } => {
+                // ruma's `make_replacement`: the `* ` fallback, with an (empty) HTML
+                // one when the text has none.
+                let mut new_content = text_json(&text);
+                let mut content = new_content.clone();
+                content["body"] = json!(format!("* {}", text.body));
+                content["format"] = json!("org.matrix.custom.html");
+                content["formatted_body"] = json!(format!(
+                    "* {}",
+                    text.formatted_body.clone().unwrap_or_default()
+                ));
+                new_content
+                    .as_object_mut()
+                    .expect("an object")
+                    .remove("m.relates_to");
+                content["m.new_content"] = new_content;
+                content["m.relates_to"] = json!({"rel_type": "m.replace", "event_id": original.0});
+                let of = index_of(self, &original).expect("the target is a world event");
+                if self.events[of].sender == Who::Bot {
+                    // The homeserver bundles the latest edit by the original's sender.
+                    self.events[of].edited_body = Some(text.body.clone());
+                }
+                let id =
+                    self.agent_event(ident, &room, "m.room.message", content, EvKind::Edit { of });
+                sent.push(id);
+            }
+            AgentWrite::Reaction {
+                relates_to, key, ..
+            } => {
+                let content = json!({"m.relates_to": {
+                    "rel_type": "m.annotation", "event_id": relates_to.0, "key": key,
+                }});
+                sent.push(self.agent_event(ident, &room, "m.reaction", content, EvKind::Reaction));
+            }
+            AgentWrite::Redaction {
+                redacts, reason, ..
+            } => {
+                let mut content = json!({"redacts": redacts.0});
+                if let Some(reason) = reason {
+                    content["reason"] = json!(reason);
+                }
+                if let Some(t) = index_of(self, &redacts) {
+                    self.events[t].redacted = true;
+                }
+                sent.push(self.agent_event(
+                    ident,
+                    &room,
+                    "m.room.redaction",
+                    content,
+                    EvKind::Redaction,
+                ));
+            }
+            _ => unreachable!(),
+        }
+        self.wrote.extend(sent.iter().cloned());
+        ToolAnswer::Sent { event_ids: sent }
+    }
+
+    fn agent_event(
+        &mut self,
+        ident: Ident,
+        room: &RoomId,
+        event_type: &'static str,
+        content: Value,
+        kind: EvKind,
+    ) -> EventId {
+        let id = self.push_event(
+            ident,
+            room.clone(),
+            Who::Bot,
+            event_type,
+            content.clone(),
+            kind,
+        );
+        self.expected.push(Observation::Sent {
+            ident,
+            room: room.clone(),
+            event_id: Some(id.clone()),
+            event_type: event_type.to_owned(),
+            content: normalize_content(&content),
+        });
+        id
     }
 
     /// The n-th message (not an edit), modulo their number.
@@ -931,6 +1342,7 @@ impl World {
                     ident,
                     room: room.clone(),
                     event_id: Some(event_id.clone()),
+                    event_type: "m.room.message".to_owned(),
                     content: normalize_content(&content),
                 });
                 self.events.push(Ev {
@@ -964,6 +1376,7 @@ impl World {
                     ident: ident_of(&identity),
                     room,
                     event_id: None,
+                    event_type: "m.room.message".to_owned(),
                     // An `m.replace` with the `* ` fallback for clients without edits
                     // (Client-Server API, "Event replacements").
                     content: json!({
@@ -992,12 +1405,51 @@ impl World {
                     ident: ident_of(&identity),
                     room,
                     event_id: None,
+                    event_type: "m.room.message".to_owned(),
                     content: json!({
                         "msgtype": "m.notice",
                         "body": text,
                         "m.relates_to": {"m.in_reply_to": {"event_id": in_reply_to.0}},
                     }),
                 });
+                None
+            }
+            Effect::Write {
+                id,
+                identity,
+                write,
+                ..
+            } => {
+                let ident = ident_of(&identity);
+                let answer = self.perform(ident, write);
+                self.expected.push(Observation::Wrote { ident, answer });
+                // The engine hands the outcome back when the write task ends.
+                posts.push(Input::Completed {
+                    id,
+                    outcome: Outcome::Sent,
+                });
+                None
+            }
+            Effect::WriteRefused { identity, .. } => {
+                self.expected.push(Observation::Wrote {
+                    ident: ident_of(&identity),
+                    answer: ToolAnswer::Error {
+                        kind: "forbidden".to_owned(),
+                    },
+                });
+                None
+            }
+            Effect::LogMessage {
+                session, message, ..
+            } => {
+                let s = session_of(&session).expect("the model logs to the cast's sessions");
+                if !self.broken.contains(&s) {
+                    self.expected.push(Observation::Notification {
+                        session: s,
+                        method: LOG_METHOD.to_owned(),
+                        params: log_params(&message),
+                    });
+                }
                 None
             }
             Effect::Decided { .. } | Effect::Dropped { .. } => None,
@@ -1010,6 +1462,16 @@ impl World {
             .filter(|&i| f(&self.events[i]))
             .collect()
     }
+}
+
+/// `m.text` content of an agent's text: `body`, and the HTML when it has one.
+fn text_json(text: &AgentText) -> Value {
+    let mut content = json!({"msgtype": "m.text", "body": text.body});
+    if let Some(html) = &text.formatted_body {
+        content["format"] = json!("org.matrix.custom.html");
+        content["formatted_body"] = json!(html);
+    }
+    content
 }
 
 fn pick_nth(list: &[usize], n: usize) -> Option<usize> {
@@ -1094,10 +1556,59 @@ pub fn precondition(world: &World, action: &Action) -> bool {
                 s.ident() == ident && world.known.contains(&s) && (!real || world.is_live(s))
             }) && world.ack_sel(ident, target).is_some()
         }
+        Action::AgentWrite { ident, op } => agent_write_possible(world, ident, op),
+        // A real client sends from an open transport.
+        Action::InvalidPermissionRequest { session, .. } => {
+            world.known.contains(&session) && (!real || world.is_live(session))
+        }
         Action::BreakStream { session } => {
             !real && world.is_live(session) && !world.broken.contains(&session)
         }
         Action::Tick { .. } => !real,
+        // Not generated yet (conformance/skip.txt).
+        Action::Restart {} => false,
+    }
+}
+
+/// Whether the agent's write can be asked for here: its selector picks an event that
+/// is not redacted (an edit of a redacted message cannot be built, and what the
+/// homeserver does with relations to redacted events is not the model's), and on a
+/// real homeserver the write must be one Synapse takes when the model lets it
+/// through: no second identical annotation, no redaction of another's event (the bot
+/// is no moderator), no thread on an event that has a relation.
+fn agent_write_possible(world: &World, ident: Ident, op: AgentOp) -> bool {
+    let real = world.mode == Mode::Real;
+    let Some((_, write)) = world.agent_write(ident, op) else {
+        return false;
+    };
+    let Some(t) = world.agent_target(op) else {
+        return true;
+    };
+    let t = &world.events[t];
+    if t.redacted {
+        return false;
+    }
+    match (&write, op) {
+        (AgentWrite::Reaction { key, .. }, _) => !world.events.iter().any(|e| {
+            e.kind == EvKind::Reaction
+                && !e.redacted
+                && e.sender == Who::Bot
+                && e.ident == t.ident
+                && e.content["m.relates_to"]["event_id"] == t.id.0.as_str()
+                && e.content["m.relates_to"]["key"] == key.as_str()
+        }),
+        (AgentWrite::Redaction { .. }, _) => !real || t.sender == Who::Bot,
+        (AgentWrite::Message { thread_root, .. }, _) => {
+            !real
+                || thread_root.as_ref().is_none_or(|root| {
+                    world
+                        .events
+                        .iter()
+                        .find(|e| e.id == *root)
+                        .is_some_and(|e| e.content["m.relates_to"]["rel_type"].is_null())
+                })
+        }
+        _ => true,
     }
 }
 
