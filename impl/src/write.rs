@@ -188,7 +188,7 @@ pub fn markdown_text(markdown: &str) -> AgentText {
 /// (within the thread when there is one); every part is in the thread of
 /// `thread_root`. `mention` is the replied-to event's sender, added to
 /// `m.mentions` when it is not the identity itself.
-fn with_relation(
+pub fn with_relation(
     content: RoomMessageEventContentWithoutRelation,
     reply_to: Option<&OwnedEventId>,
     thread_root: Option<&OwnedEventId>,
