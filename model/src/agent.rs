@@ -157,61 +157,75 @@ impl AgentText {
 
 /// The first of `ids` that `text` names, read as a person reads it, if any.
 ///
-/// A word names an id when it looks like it. The text is read three ways, and any
+/// A word names an id when it looks like it. The text is read five ways, and any
 /// of them counts: as it is; without its HTML tags (a client renders
-/// `<b>ab</b>cde` as one word); and also without Markdown's emphasis marks
-/// (`**ab**cde`). Each reading has its HTML entities decoded (`&#97;bcde`), the
-/// code points that render as nothing removed (format characters such as U+200B
-/// ZERO WIDTH SPACE, variation selectors, tags), is lower-cased and taken through
-/// the confusable skeleton of Unicode Technical Standard #39 ("Confusable
-/// Detection"), so `ABCDE`, `a\u{200B}bcde`, full-width `ａｂｃｄｅ` and Cyrillic
-/// `аbcde` all name `abcde`. Words are runs of letters, taken both as written and
-/// in the skeleton of the whole text: `xabcde` does not name `abcde`; `|abcde|`
-/// and `abcde1` do. A false match only refuses a write; a missed one could
-/// let an imitation of a prompt be answered, so the readings err towards matching.
+/// `<b>ab</b>cde` as one word), each tag taken both to the next `>` and as an HTML
+/// parser ends it (past a `>` in a quoted attribute value, `ab<i title='>'>cde`, or
+/// in a comment, `ab<!-- > -->cde`); and each of those also without Markdown's
+/// emphasis marks (`**ab**cde`). Each reading has its HTML entities decoded
+/// (`&#97;bcde`), the code points that render as nothing removed (format
+/// characters such as U+200B ZERO WIDTH SPACE, variation selectors, tags), is
+/// lower-cased and taken through the confusable skeleton of Unicode Technical
+/// Standard #39 ("Confusable Detection"), so `ABCDE`, `a\u{200B}bcde`, full-width
+/// `ａｂｃｄｅ` and Cyrillic `аbcde` all name `abcde`. Words are runs of letters,
+/// taken both as written and in the skeleton of the whole text: `xabcde` does not
+/// name `abcde`; `|abcde|` and `abcde1` do. A false match only refuses a write; a
+/// missed one could let an imitation of a prompt be answered, so the readings err
+/// towards matching.
 pub fn names_request_id<'a>(text: &str, ids: &'a [RequestId]) -> Option<&'a RequestId> {
     if ids.is_empty() {
         return None;
     }
     let wanted: Vec<String> = ids.iter().map(|id| skeleton(id.as_str())).collect();
-    let untagged = strip_tags(text);
-    let unmarked: String = untagged
-        .chars()
-        .filter(|c| !matches!(c, '*' | '_' | '~' | '`'))
-        .collect();
+    let unmark = |reading: &str| -> String {
+        reading
+            .chars()
+            .filter(|c| !matches!(c, '*' | '_' | '~' | '`'))
+            .collect()
+    };
+    let untagged = strip_tags(text, first_gt);
+    let parsed = strip_tags(text, html_tag_end);
+    let (unmarked, parsed_unmarked) = (unmark(&untagged), unmark(&parsed));
     let matching = |word: &str| wanted.iter().position(|w| *w == word);
-    let found = [text, untagged.as_str(), unmarked.as_str()]
-        .into_iter()
-        .find_map(|reading| {
-            let decoded = html_escape::decode_html_entities(reading);
-            let visible: String = decoded
-                .chars()
-                .filter(|c| !is_default_ignorable(*c))
-                .collect();
-            // Words as written, each through the skeleton (the skeleton maps some
-            // punctuation to letters: `|abcde|` would become one word `l…l`), and
-            // words of the whole skeleton (a look-alike of a letter that is not
-            // itself a letter would split the word as written).
-            let as_written = visible
+    let found = [
+        text,
+        untagged.as_str(),
+        unmarked.as_str(),
+        parsed.as_str(),
+        parsed_unmarked.as_str(),
+    ]
+    .into_iter()
+    .find_map(|reading| {
+        let decoded = html_escape::decode_html_entities(reading);
+        let visible: String = decoded
+            .chars()
+            .filter(|c| !is_default_ignorable(*c))
+            .collect();
+        // Words as written, each through the skeleton (the skeleton maps some
+        // punctuation to letters: `|abcde|` would become one word `l…l`), and
+        // words of the whole skeleton (a look-alike of a letter that is not
+        // itself a letter would split the word as written).
+        let as_written = visible
+            .split(|c: char| !c.is_alphabetic())
+            .find_map(|word| matching(&skeleton(word)));
+        as_written.or_else(|| {
+            skeleton(&visible)
                 .split(|c: char| !c.is_alphabetic())
-                .find_map(|word| matching(&skeleton(word)));
-            as_written.or_else(|| {
-                skeleton(&visible)
-                    .split(|c: char| !c.is_alphabetic())
-                    .find_map(matching)
-            })
-        });
+                .find_map(matching)
+        })
+    });
     found.map(|i| &ids[i])
 }
 
-/// `text` without anything from a `<` to the next `>` (an unclosed `<` keeps the rest).
-fn strip_tags(text: &str) -> String {
+/// `text` without its tags: from each `<` to where `end` says the tag there ends
+/// (its length; an unclosed tag keeps the rest).
+fn strip_tags(text: &str, end: fn(&str) -> Option<usize>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(open) = rest.find('<') {
         out.push_str(&rest[..open]);
-        match rest[open..].find('>') {
-            Some(close) => rest = &rest[open + close + 1..],
+        match end(&rest[open..]) {
+            Some(len) => rest = &rest[open + len..],
             None => {
                 out.push_str(&rest[open..]);
                 rest = "";
@@ -220,6 +234,45 @@ fn strip_tags(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The length of the tag `tag` starts with, up to its first `>`.
+fn first_gt(tag: &str) -> Option<usize> {
+    tag.find('>').map(|at| at + 1)
+}
+
+/// The length of the tag `tag` starts with, as an HTML parser ends it ([HTML,
+/// "Tokenization"]): a comment (`<!--`) at the next `-->`, any other tag at the
+/// first `>` outside a quoted attribute value (a quote right after `=`, blanks
+/// between allowed). A comment that is empty at once (`<!-->`) is left to
+/// [`first_gt`]'s reading.
+///
+/// [HTML, "Tokenization"]: https://html.spec.whatwg.org/multipage/parsing.html#tokenization
+fn html_tag_end(tag: &str) -> Option<usize> {
+    if let Some(comment) = tag.strip_prefix("<!--") {
+        return comment
+            .find("-->")
+            .map(|at| "<!--".len() + at + "-->".len());
+    }
+    let mut quote = None;
+    let mut value_next = false;
+    for (at, c) in tag.char_indices() {
+        if let Some(open) = quote {
+            if c == open {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '>' => return Some(at + 1),
+            '"' | '\'' if value_next => quote = Some(c),
+            _ => {}
+        }
+        if !c.is_ascii_whitespace() {
+            value_next = c == '=';
+        }
+    }
+    None
 }
 
 /// Lower case, without invisible code points, through the UTS #39 skeleton.
@@ -320,6 +373,32 @@ mod tests {
         // An unclosed tag hides nothing after it.
         assert_eq!(named("a < b abcde").as_deref(), Some("abcde"));
         assert_eq!(named("<p>ok</p> fghj"), None);
+    }
+
+    #[test]
+    fn a_tag_ends_where_an_html_parser_ends_it() {
+        for text in [
+            // A `>` inside a quoted attribute value does not end the tag.
+            "ab<span title='>'>cde",
+            "ab<a href = \">x\" >cde",
+            "ab<span data-x=\"'\" title='>'>cde",
+            // A quote that does not follow `=` opens no value.
+            "ab<span x'y title='>'>cde",
+            // A comment ends at `-->`, not at a `>` inside it.
+            "ab<!-- > -->cde",
+            "ab<!--x=' -->cde",
+            // An empty comment at once (`<!-->`), then another.
+            "<!-->ab<!-- x -->cde",
+            // Markdown emphasis after such a tag.
+            "ab<i title='>'>c*de*",
+        ] {
+            assert_eq!(named(text).as_deref(), Some("abcde"), "{text:?}");
+        }
+        assert_eq!(first_gt("<b>x"), Some(3));
+        assert_eq!(html_tag_end("<b title='>'>x"), Some(13));
+        assert_eq!(html_tag_end("<!-- > -->x"), Some(10));
+        assert_eq!(html_tag_end("<b title='>x"), None);
+        assert_eq!(html_tag_end("<!-- x"), None);
     }
 
     #[test]

@@ -1406,7 +1406,7 @@ const KEYS: [&str; 13] = [
 ];
 /// The agent's texts, each with the request id it names as a person reads it (at
 /// most one), written out by hand: the oracle for the core's reading.
-const WRITE_TEXTS: [(&str, Option<&str>); 16] = [
+const WRITE_TEXTS: [(&str, Option<&str>); 18] = [
     ("done", None),
     ("see abcde", Some("abcde")),
     ("FGHIJ?", Some("fghij")),
@@ -1423,6 +1423,8 @@ const WRITE_TEXTS: [(&str, Option<&str>); 16] = [
     ("", None),
     ("\u{1F44D}", None),
     ("<a href=\"https://x/abcde\">link</a>", Some("abcde")),
+    ("ab<i title='>'>cde", Some("abcde")),
+    ("|fghij|", Some("fghij")),
 ];
 /// The identities an agent's write names: mostly `work`, sometimes `home`, and one
 /// never added.

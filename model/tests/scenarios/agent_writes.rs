@@ -326,7 +326,7 @@ fn a_held_prompt_is_untouchable_however_small_the_prompt_memory() {
 }
 
 #[test]
-fn a_verdict_shown_on_an_evicted_prompt_makes_it_the_newest_remembered_again() {
+fn a_verdict_shown_on_an_evicted_prompt_already_forgotten_remembers_it_again() {
     // One remembered prompt: evicting `first` remembers it, evicting `second`
     // forgets it; the late verdict edit shows `first` again and remembers it anew.
     let mut w = World::configured(|c| {
@@ -353,6 +353,29 @@ fn a_verdict_shown_on_an_evicted_prompt_makes_it_the_newest_remembered_again() {
 
     assert_eq!(touch_every_way(&mut w, &first), refused_every_way());
     assert_eq!(touch_every_way(&mut w, &second), written_every_way());
+}
+
+#[test]
+fn a_prompt_evicted_while_its_verdict_is_sent_takes_one_memory_slot() {
+    // Two remembered prompts: `older`, then `first` (evicted while its verdict is in
+    // flight); the verdict edit shows `first` again without a second slot.
+    let mut w = World::configured(|c| {
+        c.max_prompts = 1;
+        c.prompt_memory = 2;
+    });
+    let older = w.pending_prompt("aaaaa");
+    w.say(ALICE, R1, "yes aaaaa");
+    w.ask(S1, "bbbbb");
+    let first = w.prompt_event("bbbbb");
+    w.hold(Kind::Verdict);
+    w.say(ALICE, R1, "yes bbbbb");
+    let send = w.held_of(Kind::Verdict)[0].id;
+    w.ask(S1, "ccccc");
+    w.release(send, None);
+    assert_eq!(w.phases(), ["s1 ccccc pending"]);
+
+    assert_eq!(touch_every_way(&mut w, &older), refused_every_way());
+    assert_eq!(touch_every_way(&mut w, &first), refused_every_way());
 }
 
 #[test]
@@ -493,6 +516,9 @@ fn an_open_id_spelled_in_lookalike_or_invisible_characters_or_split_by_markup_is
         "yes a_b_cde",
         "yes ab`cde`",
         "(abcde)",
+        "yes ab<span title='>'>cde",
+        "yes ab<!-- > -->cde",
+        "|abcde|",
     ];
 
     for (call, text) in (1..).zip(spellings) {
