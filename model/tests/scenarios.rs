@@ -23,5 +23,7 @@ mod prompts;
 mod push_meta;
 #[path = "scenarios/reactions.rs"]
 mod reactions;
+#[path = "scenarios/restart.rs"]
+mod restart;
 #[path = "scenarios/verdicts.rs"]
 mod verdicts;

@@ -531,6 +531,14 @@ impl World {
         effects
     }
 
+    /// The server restarted: [`Input::Restarted`]; held outcomes are forgotten (the
+    /// process that would have reported them is gone). Does not drive.
+    pub fn restart(&mut self) {
+        self.held.clear();
+        self.ready.clear();
+        self.input(Input::Restarted);
+    }
+
     /// The server could not read a `permission_request` from `session`.
     pub fn invalid_request(&mut self, session: &str, error: &str) {
         let identity = self.identity.clone();
@@ -779,7 +787,10 @@ impl World {
             | Effect::LogMessage { .. }
             | Effect::Dropped { .. } => None,
         };
-        if let Some(id) = id {
+        // A prompt post re-issued after a restart keeps its id (`Input::Restarted`).
+        let reissued =
+            matches!(effect, Effect::PostPrompt { id, .. } if self.post_requests.contains_key(id));
+        if let Some(id) = id.filter(|_| !reissued) {
             if let Some(last) = self.last_effect_id {
                 assert!(
                     id > last,
