@@ -266,6 +266,12 @@ async fn the_agent_cannot_edit_redact_react_to_or_reply_to_a_pending_prompt() {
         .await;
     let prompt = f.wait_prompt(request).await;
     let prompt_id = prompt["event_id"].as_str().expect("an event id").to_owned();
+    let chat = f.human.send_text(&f.room, "an ordinary message").await;
+    let chat = chat.as_str();
+    assert_push(
+        &session.next_notification(WAIT).await,
+        &message("an ordinary message", &f.origin(chat).await),
+    );
     let tools = McpClient::spawn("tools").await;
     tools
         .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
@@ -295,6 +301,33 @@ async fn the_agent_cannot_edit_redact_react_to_or_reply_to_a_pending_prompt() {
             "send_message",
             json!({ "room_id": room, "text": "🔐 Permission request RMZYX: Bash\nls\nAnswer yes rmzyx" }),
         ),
+        // The same id spelled so that no byte matches: full-width letters, a zero-width
+        // space, Markdown that renders the word whole, an HTML entity.
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "🔐 Permission request \u{FF52}\u{FF4D}\u{FF5A}\u{FF59}\u{FF58}: ls" }),
+        ),
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "Permission request rm\u{200B}zyx: ls" }),
+        ),
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "answer yes **rm**zyx" }),
+        ),
+        (
+            "send_message",
+            json!({ "room_id": room, "text": "answer yes &#114;mzyx" }),
+        ),
+        // Every other text field: a reaction key on an ordinary message.
+        (
+            "send_reaction",
+            json!({ "room_id": room, "event_id": chat, "key": "yes rmzyx" }),
+        ),
+        (
+            "redact",
+            json!({ "room_id": room, "event_id": chat, "reason": "answer rmzyx" }),
+        ),
     ];
     for (client, mount) in [(&tools, "/mcp"), (&session, "/channel")] {
         for (tool, args) in &attempts {
@@ -315,11 +348,101 @@ async fn the_agent_cannot_edit_redact_react_to_or_reply_to_a_pending_prompt() {
             );
         }
     }
-    // The prompt is as the server posted it, and still answers the approver.
+    // The prompt is as the server posted it. A `yes` that replies to another message
+    // answers nothing, and the notice points at the real prompt.
     let seen = f.human.event(&f.room, &prompt_id).await;
     assert_eq!(seen["content"], prompt["content"], "{seen}");
+    let answer = f
+        .human
+        .reply(&f.room, chat, &format!("yes {request}"))
+        .await;
+    let notice = f
+        .human
+        .wait_for_event(&f.room, "the notice about the reply", |e| {
+            e["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] == json!(answer)
+        })
+        .await;
+    let link = format!(
+        "https://matrix.to/#/{}/{}",
+        f.room.replace(':', "%3A"),
+        prompt_id.replace('$', "%24").replace(':', "%3A")
+    );
+    assert_eq!(
+        notice["content"]["body"],
+        json!(format!(
+            "This replies to a message that is not the pending prompt for {request}, so it \
+             answers nothing. The prompt for {request} is {link}: reply to it, or answer \
+             without a reply."
+        )),
+        "{notice}"
+    );
+    session.expect_no_notification(QUIET).await;
     f.human.send_text(&f.room, &format!("yes {request}")).await;
     assert_verdict(&session.next_notification(WAIT).await, request, "allow");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_permission_request_is_answered_with_a_warning_and_the_session_keeps_working() {
+    let f = Fixture::start(|_| {}).await;
+    let (session, _) = f.channel("session").await;
+    let text = "a room for the prompt";
+    let id = f.human.send_text(&f.room, text).await;
+    assert_push(
+        &session.next_notification(WAIT).await,
+        &message(text, &f.origin(&id).await),
+    );
+    for (params, says) in [
+        (
+            json!({ "request_id": "abcdl", "tool_name": "Bash", "description": "ls", "input_preview": "{}" }),
+            "request_id: ",
+        ),
+        (
+            json!({ "request_id": "abcde", "tool_name": "Bash", "description": "ls" }),
+            "params: missing field `input_preview`",
+        ),
+    ] {
+        session.notify(PERMISSION_REQUEST, params).await;
+        let warning = session.next_notification(WAIT).await;
+        assert_eq!(warning.method, "notifications/message", "{warning:?}");
+        assert_eq!(warning.params["level"], "warning", "{warning:?}");
+        assert_eq!(warning.params["logger"], "matrix-channel", "{warning:?}");
+        let data = warning.params["data"].as_str().expect("a text");
+        assert!(
+            data.starts_with("matrix-channel did not relay a permission_request: ")
+                && data.contains(says)
+                && data.ends_with("Nothing was posted to Matrix; answer it in Claude Code."),
+            "{data}"
+        );
+    }
+    // On /mcp a permission request is no request at all: its session is told so.
+    let tools = McpClient::spawn("tools").await;
+    tools
+        .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
+        .await;
+    tools
+        .notify(
+            PERMISSION_REQUEST,
+            permission_request("abcde", "Bash", "ls", "{}"),
+        )
+        .await;
+    let warning = tools.next_notification(WAIT).await;
+    assert_eq!(warning.method, "notifications/message", "{warning:?}");
+    assert!(
+        warning.params["data"]
+            .as_str()
+            .is_some_and(|d| d.contains("relayed on /channel, not on /mcp")),
+        "{warning:?}"
+    );
+    // The session still asks, and the prompt still answers.
+    session
+        .notify(
+            PERMISSION_REQUEST,
+            permission_request("abcde", "Bash", "ls", "{}"),
+        )
+        .await;
+    f.wait_prompt("abcde").await;
+    f.human.send_text(&f.room, "yes abcde").await;
+    assert_verdict(&session.next_notification(WAIT).await, "abcde", "allow");
 }
 
 /// Copies the server's database as it is now (SQLite's `VACUUM INTO`, safe while the
