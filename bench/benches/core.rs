@@ -472,6 +472,9 @@ fn kind(input: &Input) -> &'static str {
         Input::Acknowledge { .. } => "acknowledges",
         Input::Completed { .. } => "effect outcomes",
         Input::Tick => "ticks",
+        Input::InvalidPermissionRequest { .. } => "unreadable permission requests",
+        Input::AgentWrite { .. } => "agent writes",
+        Input::Restarted => "restarts",
     }
 }
 
@@ -572,9 +575,9 @@ impl Recorder {
         let effects = self.channel.handle(self.now, input.clone());
         for effect in &effects {
             match effect {
-                Effect::Push { id, .. } | Effect::SendVerdict { id, .. } => {
-                    self.pending.push_back((*id, Outcome::Sent))
-                }
+                Effect::Push { id, .. }
+                | Effect::SendVerdict { id, .. }
+                | Effect::Write { id, .. } => self.pending.push_back((*id, Outcome::Sent)),
                 Effect::PostPrompt { id, request_id, .. } => {
                     let event_id = self.ids.event();
                     self.posted.insert(request_id.clone(), event_id.clone());
@@ -583,6 +586,8 @@ impl Recorder {
                 Effect::EditPrompt { .. }
                 | Effect::Notice { .. }
                 | Effect::Decided { .. }
+                | Effect::WriteRefused { .. }
+                | Effect::LogMessage { .. }
                 | Effect::Dropped { .. } => {}
             }
         }
