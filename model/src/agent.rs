@@ -380,6 +380,7 @@ mod tests {
         for text in [
             // A `>` inside a quoted attribute value does not end the tag.
             "ab<span title='>'>cde",
+            "ab<span title='x>y'>cde",
             "ab<a href = \">x\" >cde",
             "ab<span data-x=\"'\" title='>'>cde",
             // A quote that does not follow `=` opens no value.

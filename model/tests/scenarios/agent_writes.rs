@@ -529,6 +529,35 @@ fn an_open_id_spelled_in_lookalike_or_invisible_characters_or_split_by_markup_is
 }
 
 #[test]
+fn a_look_alike_of_a_letter_that_is_no_letter_still_spells_the_open_id() {
+    // U+212E ESTIMATED SYMBOL is a symbol, not a letter: it splits the word as
+    // written, and its confusable skeleton is `e`.
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    assert!(!'\u{212E}'.is_alphabetic());
+    w.mark();
+
+    w.agent_write(1, say(R1, "yes abcd\u{212E} now"));
+
+    assert_eq!(w.trace(), [names_open(1, "abcde")]);
+}
+
+#[test]
+fn invisible_code_points_do_not_split_the_first_id_named() {
+    // Split as written at the invisible code point, the first id named would be
+    // `fghjk`.
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.ask(S1, "fghjk");
+    w.mark();
+
+    w.agent_write(1, say(R1, "a\u{200B}bcde fghjk"));
+    w.agent_write(2, say(R1, "ab\u{E0041}cde fghjk"));
+
+    assert_eq!(w.trace(), [names_open(1, "abcde"), names_open(2, "abcde")]);
+}
+
+#[test]
 fn a_word_that_only_contains_or_nearly_spells_an_open_id_is_not_a_name_for_it() {
     let mut w = World::new();
     w.pending_prompt("abcde");
