@@ -275,11 +275,18 @@ fn html_tag_end(tag: &str) -> Option<usize> {
     None
 }
 
-/// Lower case, without invisible code points, through the UTS #39 skeleton.
+/// Lower case, without invisible code points and combining marks, in compatibility
+/// decomposition (NFKD), through the UTS #39 skeleton.
 fn skeleton(text: &str) -> String {
+    use unicode_normalization::char::is_combining_mark;
+    use unicode_normalization::UnicodeNormalization as _;
+    // Compatibility decomposition (circled `ⓐ` and full-width `ａ` are `a`), without
+    // the combining marks a reader looks through (`a\u{301}`, a strike-through).
     let visible: String = text
         .chars()
         .filter(|c| !is_default_ignorable(*c))
+        .nfkd()
+        .filter(|c| !is_combining_mark(*c))
         .flat_map(char::to_lowercase)
         .collect();
     unicode_security::confusable_detection::skeleton(&visible)
@@ -356,6 +363,10 @@ mod tests {
             "<b>ab</b>cde",
             "**ab**cde",
             "<a href=x>ab</a>c<i>de</i>",
+            "a\u{301}bcde",
+            "ab\u{336}c\u{336}de",
+            "\u{24D0}\u{24D1}\u{24D2}\u{24D3}\u{24D4}",
+            "\u{1D41A}\u{1D41B}\u{1D41C}\u{1D41D}\u{1D41E}",
         ] {
             assert_eq!(named(text).as_deref(), Some("abcde"), "{text:?}");
         }
