@@ -85,12 +85,18 @@ pub struct Coverage {
     pub steps: usize,
     pub actions: BTreeMap<&'static str, usize>,
     pub observations: BTreeMap<String, usize>,
+    /// Finer cases: each agent write by tool, target and answer; `yes <id>`
+    /// replying to a message that is not a prompt.
+    pub cases: BTreeMap<String, usize>,
 }
 
 impl Coverage {
     fn count(&mut self, action: &Action, observed: &[Observation]) {
         self.steps += 1;
         *self.actions.entry(action.kind().name()).or_default() += 1;
+        if let Some(case) = case(action, observed) {
+            *self.cases.entry(case).or_default() += 1;
+        }
         for o in observed {
             let kind = match o {
                 Observation::Notification { method, params, .. } => {
@@ -132,6 +138,70 @@ impl Coverage {
             };
             *self.observations.entry(kind).or_default() += 1;
         }
+    }
+}
+
+/// The finer case of `action`, if it has one (see [`Coverage::cases`]).
+fn case(action: &Action, observed: &[Observation]) -> Option<String> {
+    use crate::world::{AgentOp, AgentRel, Rel, Say, Sel, Text, ToolAnswer};
+    let target = |s: &Sel| match s {
+        Sel::Prompt(_) => "a prompt",
+        Sel::Message(_) => "a message",
+        Sel::Own(_) => "its own message",
+    };
+    match action {
+        Action::AgentWrite { op, .. } => {
+            let what = match op {
+                AgentOp::Send {
+                    rel: AgentRel::None,
+                    ..
+                } => "send".to_owned(),
+                AgentOp::Send {
+                    rel: AgentRel::Reply { to },
+                    ..
+                } => format!("reply to {}", target(to)),
+                AgentOp::Send {
+                    rel: AgentRel::Thread { root, .. },
+                    ..
+                } => format!("thread on {}", target(root)),
+                AgentOp::Edit { of, .. } => format!("edit {}", target(of)),
+                AgentOp::React { to, .. } => format!("react to {}", target(to)),
+                AgentOp::Redact { target: t, .. } => format!("redact {}", target(t)),
+            };
+            let say = match op {
+                AgentOp::Send { say, .. } | AgentOp::Edit { say, .. } => Some(*say),
+                AgentOp::Redact { reason, .. } => *reason,
+                AgentOp::React { .. } => None,
+            };
+            let what = match say {
+                Some(Say::Names(_)) => format!("{what} naming an id"),
+                Some(Say::Lookalike(_)) => format!("{what} naming a lookalike id"),
+                _ => what,
+            };
+            let answer = observed.iter().find_map(|o| match o {
+                Observation::Wrote { answer, .. } => Some(match answer {
+                    ToolAnswer::Sent { .. } => "sent".to_owned(),
+                    ToolAnswer::Error { kind } => kind.clone(),
+                }),
+                _ => None,
+            });
+            Some(format!(
+                "agent {what}: {}",
+                answer.as_deref().unwrap_or("no answer")
+            ))
+        }
+        Action::InvalidPermissionRequest { bad, .. } => {
+            Some(format!("invalid permission_request: {bad:?}"))
+        }
+        Action::Message {
+            text: Text::Yes(_),
+            rel: Rel::Reply {
+                to: Sel::Message(_),
+                ..
+            },
+            ..
+        } => Some("yes <id> replying to a message".to_owned()),
+        _ => None,
     }
 }
 

@@ -145,6 +145,9 @@ impl Ident {
                 config.settle_ms = SETTLE;
                 config.max_prompts = 2;
                 config.queue_cap = 4;
+                // Only the last retired prompt is remembered, so the agent's writes to
+                // older prompts (its own messages) are let through.
+                config.prompt_memory = 1;
             }
             Mode::Real => {
                 config.prompt_ttl_ms = REAL_TTL;
@@ -355,7 +358,8 @@ pub enum Say {
     Lookalike(Rid),
 }
 
-/// The agent's innocent texts, as Markdown.
+/// The agent's innocent texts, as Markdown (a soft line break renders as itself, so
+/// the last has no HTML).
 pub const AGENT_CHAT: [&str; 4] = [
     "The tests pass.",
     "**bold** and `code`",
@@ -384,7 +388,6 @@ impl Say {
                     "see <a href=\"https://example.org/a?b=c&amp;d\">https://example.org/a?b=c&amp;d</a>"
                         .to_owned(),
                 ),
-                3 => Some("line one<br />\nline two".to_owned()),
                 _ => None,
             },
             Say::Names(_) | Say::Lookalike(_) => None,
@@ -1817,6 +1820,130 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                 .boxed(),
         ));
     }
+    // The agent's writes through the identity's tools, aimed at prompts, people's
+    // messages and its own; in the real target it redacts only its own events.
+    {
+        // A text naming an id is refused only while that id is open: name the open
+        // ones (of either identity) when there are any.
+        let open: Vec<(Ident, Rid)> = Ident::ALL
+            .into_iter()
+            .flat_map(|i| [(i, Rid::R1), (i, Rid::R2)])
+            .filter(|(i, r)| {
+                world.channel.identity(&i.id()).is_some_and(|s| {
+                    s.open_request_ids()
+                        .iter()
+                        .any(|id| id.as_str() == r.as_str())
+                })
+            })
+            .collect();
+        let mut named: Vec<Rid> = open.iter().map(|(_, r)| *r).collect();
+        if named.is_empty() {
+            named = rids.clone();
+        }
+        if !open.is_empty() {
+            // A message of the identity whose prompt is open, naming its id.
+            options.push((
+                2,
+                (pick(open), any::<bool>(), 0u8..2)
+                    .prop_map(|((ident, rid), plain, room)| Action::AgentWrite {
+                        ident,
+                        op: AgentOp::Send {
+                            room,
+                            say: if plain {
+                                Say::Names(rid)
+                            } else {
+                                Say::Lookalike(rid)
+                            },
+                            rel: AgentRel::None,
+                        },
+                    })
+                    .boxed(),
+            ));
+        }
+        let say = prop_oneof![
+            2 => (0..AGENT_CHAT.len() as u8).prop_map(Say::Innocent),
+            2 => pick(named.clone()).prop_map(Say::Names),
+            2 => pick(named).prop_map(Say::Lookalike),
+        ];
+        let has_own = world.sel(Sel::Own(0)).is_some();
+        let mut targets: Vec<(u32, BoxedStrategy<Sel>)> = Vec::new();
+        let mut own_targets: Vec<(u32, BoxedStrategy<Sel>)> = Vec::new();
+        if has_prompts {
+            targets.push((3, (0usize..8).prop_map(Sel::Prompt).boxed()));
+            own_targets.push((2, (0usize..8).prop_map(Sel::Prompt).boxed()));
+        }
+        if has_messages {
+            targets.push((2, (0usize..8).prop_map(Sel::Message).boxed()));
+            if !real {
+                own_targets.push((1, (0usize..8).prop_map(Sel::Message).boxed()));
+            }
+        }
+        if has_own {
+            targets.push((3, (0usize..8).prop_map(Sel::Own).boxed()));
+            own_targets.push((3, (0usize..8).prop_map(Sel::Own).boxed()));
+        }
+        let mut ops: Vec<(u32, BoxedStrategy<AgentOp>)> = vec![(
+            if targets.is_empty() { 3 } else { 1 },
+            (0u8..2, say.clone())
+                .prop_map(|(room, say)| AgentOp::Send {
+                    room,
+                    say,
+                    rel: AgentRel::None,
+                })
+                .boxed(),
+        )];
+        if !targets.is_empty() {
+            let t = proptest::strategy::Union::new_weighted(targets);
+            ops.push((
+                3,
+                (t.clone(), say.clone(), 0u8..3)
+                    .prop_map(|(to, say, how)| AgentOp::Send {
+                        room: 0,
+                        say,
+                        rel: match how {
+                            0 => AgentRel::Reply { to },
+                            n => AgentRel::Thread {
+                                root: to,
+                                reply: n == 2,
+                            },
+                        },
+                    })
+                    .boxed(),
+            ));
+            ops.push((
+                3,
+                (t.clone(), say.clone())
+                    .prop_map(|(of, say)| AgentOp::Edit { of, say })
+                    .boxed(),
+            ));
+            ops.push((
+                2,
+                (t, pick(vec![Key::Up, Key::Down, Key::Heart]))
+                    .prop_map(|(to, key)| AgentOp::React { to, key })
+                    .boxed(),
+            ));
+        }
+        if !own_targets.is_empty() {
+            ops.push((
+                2,
+                (
+                    proptest::strategy::Union::new_weighted(own_targets),
+                    proptest::option::of(say),
+                )
+                    .prop_map(|(target, reason)| AgentOp::Redact { target, reason })
+                    .boxed(),
+            ));
+        }
+        options.push((
+            6,
+            (
+                pick(vec![Ident::A, Ident::A, Ident::B]),
+                proptest::strategy::Union::new_weighted(ops),
+            )
+                .prop_map(|(ident, op)| Action::AgentWrite { ident, op })
+                .boxed(),
+        ));
+    }
     let known: Vec<Sess> = world
         .known
         .iter()
@@ -1828,6 +1955,21 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             if real { 9 } else { 5 },
             (pick(known.clone()), pick(rids))
                 .prop_map(|(session, rid)| Action::PermissionRequest { session, rid })
+                .boxed(),
+        ));
+    }
+    if !known.is_empty() {
+        options.push((
+            if real { 2 } else { 1 },
+            (
+                pick(known.clone()),
+                pick(vec![
+                    BadRequest::MissingField(Rid::R1),
+                    BadRequest::MissingField(Rid::R2),
+                    BadRequest::BadId,
+                ]),
+            )
+                .prop_map(|(session, bad)| Action::InvalidPermissionRequest { session, bad })
                 .boxed(),
         ));
     }

@@ -24,10 +24,10 @@ use harness::WAIT;
 use mc_conformance::alphabet::Adapter;
 use mc_conformance::runner::{check_with, regressions, run_sequence, Target};
 use mc_conformance::world::{
-    AgentOp, BadRequest, Ident, Key, Mode, Observation, RealMode, Redactor, Rel, Rid, Sel, Sess,
-    Text, Who, World, REAL_SETTLE, REAL_TTL,
+    AgentOp, AgentRel, BadRequest, Ident, Key, Mode, Observation, RealMode, Redactor, Rel, Rid,
+    Sel, Sess, Text, ToolAnswer, Who, World, REAL_SETTLE, REAL_TTL,
 };
-use mc_model::{Channel, EventId, RoomId};
+use mc_model::{AgentWrite, Channel, EventId, RoomId};
 use proptest::test_runner::Config;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -219,6 +219,20 @@ impl Real {
         Ok(())
     }
 
+    /// The identity's MCP client on `/mcp` (connected on first use).
+    async fn tools_client(&mut self, ident: Ident) -> Result<&McpClient, String> {
+        if !self.tools.contains_key(&ident) {
+            let url = self.server.url("/mcp");
+            let token = self.server.token(&ident.id().0).to_owned();
+            let mcp = McpClient::spawn(&format!("tools-{ident:?}")).await;
+            mcp.connect_raw(&url, Some(&token))
+                .await
+                .map_err(|e| e.to_string())?;
+            self.tools.insert(ident, mcp);
+        }
+        Ok(&self.tools[&ident])
+    }
+
     fn client(&self, session: Sess) -> Result<&Client, String> {
         self.sessions
             .get(&session)
@@ -243,6 +257,69 @@ impl Real {
     }
 }
 
+/// An id as a `matrix.to` link carries it (`mc_model`'s `matrix_to`): every byte
+/// but unreserved characters and `!` percent-encoded.
+fn link_encoded(id: &str) -> String {
+    let mut out = String::new();
+    for b in id.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'!' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+fn link_decoded(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], segment.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) if u8::from_str_radix(hex, 16).is_ok() => {
+                out.push(u8::from_str_radix(hex, 16).unwrap_or_default());
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `s` with the room and event of every `https://matrix.to/#/<room>/<event>` link
+/// (as notices link to a prompt) mapped through `map`, encoded again.
+fn translate_links(s: &str, map: &BTreeMap<String, String>) -> String {
+    const LINK: &str = "https://matrix.to/#/";
+    let link_char = |c: char| c.is_ascii_alphanumeric() || "-._~!%".contains(c);
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find(LINK) {
+        out.push_str(&rest[..at + LINK.len()]);
+        rest = &rest[at + LINK.len()..];
+        for first in [true, false] {
+            let end = rest.find(|c: char| !link_char(c)).unwrap_or(rest.len());
+            let id = link_decoded(&rest[..end]);
+            out.push_str(
+                &map.get(&id)
+                    .map_or_else(|| rest[..end].to_owned(), |m| link_encoded(m)),
+            );
+            rest = &rest[end..];
+            if !(first && rest.starts_with('/')) {
+                break;
+            }
+            out.push('/');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Replaces every occurrence of a key of `map` in every string of `value`, longest
 /// keys first.
 fn translate(value: &Value, map: &BTreeMap<String, String>) -> Value {
@@ -251,7 +328,7 @@ fn translate(value: &Value, map: &BTreeMap<String, String>) -> Value {
     fn walk(v: &Value, keys: &[&String], map: &BTreeMap<String, String>) -> Value {
         match v {
             Value::String(s) => {
-                let mut s = s.clone();
+                let mut s = translate_links(s, map);
                 for k in keys {
                     if s.contains(k.as_str()) {
                         s = s.replace(k.as_str(), &map[*k]);
@@ -358,22 +435,11 @@ impl Adapter for Real {
         let ev = &world.events[t];
         let args =
             json!({"event_id": self.real_id(&ev.id.0)?, "room_id": self.real_id(&ev.room.0)?});
-        let url = self.server.url("/mcp");
-        let token = self.server.token(&ident.id().0).to_owned();
         runtime()
             .block_on(async {
                 let client = match session {
                     Some(s) => &self.client(*s)?.mcp,
-                    None => {
-                        if !self.tools.contains_key(ident) {
-                            let mcp = McpClient::spawn(&format!("tools-{ident:?}")).await;
-                            mcp.connect_raw(&url, Some(&token))
-                                .await
-                                .map_err(|e| e.to_string())?;
-                            self.tools.insert(*ident, mcp);
-                        }
-                        &self.tools[ident]
-                    }
+                    None => self.tools_client(*ident).await?,
                 };
                 client
                     .call("acknowledge", args)
@@ -401,14 +467,131 @@ impl Adapter for Real {
     fn invalid_permission_request(
         &mut self,
         _: &World,
-        _: &Sess,
-        _: &BadRequest,
+        session: &Sess,
+        bad: &BadRequest,
     ) -> Result<(), String> {
-        Err("not generated yet (conformance/skip.txt)".to_owned())
+        let client = self.client(*session)?;
+        runtime().block_on(client.mcp.notify(
+            "notifications/claude/channel/permission_request",
+            bad.params(),
+        ));
+        Ok(())
     }
 
-    fn agent_write(&mut self, _: &World, _: &Ident, _: &AgentOp) -> Result<(), String> {
-        Err("not generated yet (conformance/skip.txt)".to_owned())
+    /// Calls the write tool on the identity's `/mcp` mount with the arguments an
+    /// agent gives it (the targets the reference resolved before the action), and
+    /// learns the real ids of the events it answers with.
+    fn agent_write(&mut self, world: &World, _: &Ident, op: &AgentOp) -> Result<(), String> {
+        let (ident, write) = world.last_write.clone().ok_or("no agent write")?;
+        let sym = |id: &EventId| self.real_id(&id.0);
+        let (tool, args) = match (&write, *op) {
+            (
+                AgentWrite::Message {
+                    room,
+                    reply_to,
+                    thread_root,
+                    ..
+                },
+                AgentOp::Send { say, rel, .. },
+            ) => {
+                let mut args = json!({"room_id": self.real_id(&room.0)?, "text": say.markdown()});
+                // A reply names only its target: the tool finds the thread itself.
+                match rel {
+                    AgentRel::None => {}
+                    AgentRel::Reply { .. } => {
+                        args["reply_to"] = json!(sym(reply_to.as_ref().ok_or("no reply_to")?)?)
+                    }
+                    AgentRel::Thread { .. } => {
+                        args["thread_root"] =
+                            json!(sym(thread_root.as_ref().ok_or("no thread_root")?)?);
+                        if let Some(to) = reply_to {
+                            args["reply_to"] = json!(sym(to)?);
+                        }
+                    }
+                }
+                ("send_message", args)
+            }
+            (AgentWrite::Edit { room, original, .. }, AgentOp::Edit { say, .. }) => (
+                "edit_message",
+                json!({"room_id": self.real_id(&room.0)?, "event_id": sym(original)?,
+                    "text": say.markdown()}),
+            ),
+            (
+                AgentWrite::Reaction {
+                    room,
+                    relates_to,
+                    key,
+                },
+                _,
+            ) => (
+                "send_reaction",
+                json!({"room_id": self.real_id(&room.0)?, "event_id": sym(relates_to)?,
+                    "key": key}),
+            ),
+            (
+                AgentWrite::Redaction {
+                    room,
+                    redacts,
+                    reason,
+                },
+                _,
+            ) => {
+                let mut args =
+                    json!({"room_id": self.real_id(&room.0)?, "event_id": sym(redacts)?});
+                if let Some(reason) = reason {
+                    args["reason"] = json!(reason);
+                }
+                ("redact", args)
+            }
+            (other, _) => return Err(format!("no tool for {other:?} from {op:?}")),
+        };
+        let result = runtime()
+            .block_on(async {
+                let client = self.tools_client(ident).await?;
+                client
+                    .call(tool, args.clone())
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| format!("{tool} {args}: {e}"))?;
+        let structured = &result["structuredContent"];
+        let answer = if result["isError"] == true {
+            ToolAnswer::Error {
+                kind: structured
+                    .pointer("/error/kind")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| format!("{tool} failed without an error kind: {result}"))?
+                    .to_owned(),
+            }
+        } else {
+            let ids: Vec<String> = match structured.get("event_ids") {
+                Some(ids) => ids
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i.as_str().map(str::to_owned))
+                    .collect(),
+                None => structured["event_id"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .into_iter()
+                    .collect(),
+            };
+            // The n-th event the tool sent is the n-th the reference predicts.
+            let mut event_ids = Vec::new();
+            for (i, id) in ids.into_iter().enumerate() {
+                match world.wrote.get(i) {
+                    Some(sym) => {
+                        self.map(&sym.0, &id);
+                        event_ids.push(sym.clone());
+                    }
+                    None => event_ids.push(EventId(id)),
+                }
+            }
+            ToolAnswer::Sent { event_ids }
+        };
+        self.answers.push(Observation::Wrote { ident, answer });
+        Ok(())
     }
 
     fn restart(&mut self, _: &World) -> Result<(), String> {
@@ -490,7 +673,10 @@ impl Target for Real {
                             .flatten()
                         {
                             let sender = ev["sender"].as_str().unwrap_or_default();
-                            if ev["type"] == "m.room.message" && bots.iter().any(|b| b == sender) {
+                            let sent_type = ["m.room.message", "m.reaction", "m.room.redaction"]
+                                .iter()
+                                .any(|t| ev["type"] == *t);
+                            if sent_type && bots.iter().any(|b| b == sender) {
                                 got.push((room.clone(), sender.to_owned(), ev.clone()));
                             }
                         }
@@ -518,8 +704,13 @@ impl Target for Real {
                 } else {
                     Ident::B
                 };
+                let mut raw = ev["content"].clone();
+                if ev["type"] == "m.room.redaction" && raw.get("redacts").is_none() {
+                    // Before room version 11, `redacts` is a top-level key only.
+                    raw["redacts"] = ev["redacts"].clone();
+                }
                 let content = translate(
-                    &mc_conformance::world::normalize_content(&ev["content"]),
+                    &mc_conformance::world::normalize_content(&raw),
                     &self.to_sym,
                 );
                 let room = RoomId(self.to_sym.get(&room).cloned().unwrap_or(room));
@@ -541,9 +732,14 @@ impl Target for Real {
                     ident,
                     room,
                     event_type: ev["type"].as_str().unwrap_or_default().to_owned(),
-                    event_id: prompt.or_else(|| {
-                        (ev.pointer("/content/m.relates_to").is_none()).then_some(EventId(real_id))
-                    }),
+                    // A prompt's or an agent's write (the tool answered with its id);
+                    // an unknown event without a relation shows its real id.
+                    event_id: prompt
+                        .or_else(|| self.to_sym.get(&real_id).map(|s| EventId(s.clone())))
+                        .or_else(|| {
+                            (ev.pointer("/content/m.relates_to").is_none())
+                                .then_some(EventId(real_id))
+                        }),
                     content,
                 });
             }
