@@ -390,6 +390,13 @@ impl Trace {
             posted: BTreeMap::new(),
             ids: Ids(0x5eed),
         };
+        recorder.handle(Input::Membership {
+            identity: IDENTITY.into(),
+            room: ROOM.into(),
+            event_id: None,
+            user: BOT.into(),
+            membership: mc_model::Membership::Joined,
+        });
         recorder.handle(Input::Attach {
             identity: IDENTITY.into(),
             session: SESSION.into(),
@@ -475,6 +482,8 @@ fn kind(input: &Input) -> &'static str {
         Input::InvalidPermissionRequest { .. } => "unreadable permission requests",
         Input::AgentWrite { .. } => "agent writes",
         Input::Restarted => "restarts",
+        Input::Membership { .. } => "memberships",
+        Input::NotInput { .. } => "events that are no input",
     }
 }
 
@@ -577,7 +586,8 @@ impl Recorder {
             match effect {
                 Effect::Push { id, .. }
                 | Effect::SendVerdict { id, .. }
-                | Effect::Write { id, .. } => self.pending.push_back((*id, Outcome::Sent)),
+                | Effect::Write { id, .. }
+                | Effect::JoinRoom { id, .. } => self.pending.push_back((*id, Outcome::Sent)),
                 Effect::PostPrompt { id, request_id, .. } => {
                     let event_id = self.ids.event();
                     self.posted.insert(request_id.clone(), event_id.clone());

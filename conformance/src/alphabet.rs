@@ -94,6 +94,12 @@ alphabet! {
     /// `Input::Restarted`: the server process is replaced by a new one on the same
     /// state. Not generated yet (`conformance/skip.txt`).
     Restart {} => restart,
+    /// `Input::Membership`: an invite, or the identity's own membership changes.
+    /// Not generated yet (`conformance/skip.txt`).
+    Membership {} => membership,
+    /// `Input::NotInput`: a timeline event that is no input (state, another type,
+    /// undecryptable, malformed). Not generated yet (`conformance/skip.txt`).
+    NotInput {} => not_input,
 }
 
 /// The action an input comes from. Exhaustive: a new `Input` variant fails to compile
@@ -112,5 +118,7 @@ pub fn kind_of(input: &Input) -> ActionKind {
         Input::Completed { .. } => ActionKind::BreakStream,
         Input::Tick => ActionKind::Tick,
         Input::Restarted => ActionKind::Restart,
+        Input::Membership { .. } => ActionKind::Membership,
+        Input::NotInput { .. } => ActionKind::NotInput,
     }
 }

@@ -598,6 +598,14 @@ impl Adapter for Real {
         Err("restart is not generated yet (conformance/skip.txt)".to_owned())
     }
 
+    fn membership(&mut self, _: &World) -> Result<(), String> {
+        Err("membership is not generated yet (conformance/skip.txt)".to_owned())
+    }
+
+    fn not_input(&mut self, _: &World) -> Result<(), String> {
+        Err("not_input is not generated yet (conformance/skip.txt)".to_owned())
+    }
+
     fn break_stream(&mut self, _: &World, _: &Sess) -> Result<(), String> {
         Err("break_stream is in-process only (conformance/skip.txt)".to_owned())
     }

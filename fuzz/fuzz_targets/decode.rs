@@ -24,7 +24,8 @@ use mc_adapters::decode::{
 };
 use mc_fuzz::check_notification;
 use mc_model::{
-    Channel, Effect, IdentityConfig, IdentityId, Input, Parent, RoomId, SessionId, UserId,
+    Channel, Effect, IdentityConfig, IdentityId, Input, Membership, Parent, RoomId, SessionId,
+    UserId,
 };
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -44,6 +45,9 @@ fn field<T: serde::de::DeserializeOwned>(top: &Top, name: &str) -> Option<T> {
         .and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
+/// The room every decoded event is in.
+const ROOM: &str = "!room:localhost";
+
 /// Feeds `input` to a core that allows `sender`, twice; checks every push.
 fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
     let bot = UserId::from("@bot:localhost");
@@ -62,6 +66,17 @@ fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
         session,
     };
     channel.handle(1, attach);
+    // The event's room is joined (the decoder's room, as the server reports it).
+    channel.handle(
+        1,
+        Input::Membership {
+            identity: identity.clone(),
+            room: RoomId::from(ROOM),
+            event_id: None,
+            user: UserId::from("@bot:localhost"),
+            membership: Membership::Joined,
+        },
+    );
     let mut pushed = 0;
     for round in 0..2 {
         for effect in channel.handle(2, input(identity.clone())) {
@@ -77,7 +92,7 @@ fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
 
 fuzz_target!(|data: &[u8]| {
     let json = String::from_utf8_lossy(data);
-    let room = RoomId::from("!room:localhost");
+    let room = RoomId::from(ROOM);
     let decoded = decode_timeline_event(&room, &json);
     let parent = parent_from_event(&json);
     let object: Option<Top> = serde_json::from_str(&json).ok();
@@ -158,6 +173,30 @@ fuzz_target!(|data: &[u8]| {
                 identity,
                 redaction: r.clone(),
             });
+        }
+        Decoded::Member(member) => {
+            assert_eq!(get("type").as_deref(), Some("m.room.member"));
+            assert_eq!(Some(member.event_id.as_str()), get("event_id").as_deref());
+            assert_eq!(Some(member.sender.as_str()), get("sender").as_deref());
+            assert_eq!(Some(member.user.as_str()), get("state_key").as_deref());
+            let said = content
+                .as_ref()
+                .and_then(|c| text(c, "membership"))
+                .map(str::to_owned);
+            let expected = match said.as_deref() {
+                Some("invite") => Some(Membership::Invited {
+                    by: member.sender.clone(),
+                }),
+                Some("join") => Some(Membership::Joined),
+                Some("leave" | "knock") => Some(Membership::Left),
+                Some("ban") => Some(Membership::Banned),
+                _ => None,
+            };
+            // `content` is unreadable as a `Value` only with numbers beyond `f64`.
+            if content.is_some() {
+                assert_eq!(Some(&member.membership), expected.as_ref());
+            }
+            assert_eq!(member.room, room);
         }
         Decoded::Ignored(i) => {
             assert_eq!(Some(i.event_id.as_str()), get("event_id").as_deref());

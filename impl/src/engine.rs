@@ -62,6 +62,8 @@ pub trait Wire: Send + Sync + 'static {
         in_reply_to: &EventId,
         text: &str,
     ) -> Result<(), String>;
+    /// Joins `room` as the identity (the model judged the invite).
+    async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String>;
     /// Performs an agent's write that the model let through, exactly as given.
     async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError>;
     /// Sends an MCP logging message (`notifications/message`, level `warning`) to
@@ -414,6 +416,18 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 });
                 None
             }
+            Effect::JoinRoom { id, identity, room } => {
+                let wire = self.wire.clone();
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let result = wire.join_room(&identity, &room).await;
+                    if let Err(e) = &result {
+                        tracing::warn!(%identity, %room, "joining on an invite failed: {e}");
+                    }
+                    let _ = tx.send(Command::Input(Box::new(completed(id, result))));
+                });
+                None
+            }
             Effect::WriteRefused {
                 identity,
                 call,
@@ -588,6 +602,13 @@ mod tests {
                 .push(format!("log {session} {message}"));
             Ok(())
         }
+        async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("join {identity} {room}"));
+            Ok(())
+        }
     }
 
     fn clock() -> Millis {
@@ -600,7 +621,19 @@ mod tests {
         channel
             .add_identity(IdentityId("bot".into()), config)
             .unwrap();
+        channel.handle(clock(), joined("!r:hs"));
         channel
+    }
+
+    /// The identity is joined to `room` (as `matrix::start` reports it).
+    fn joined(room: &str) -> Input {
+        Input::Membership {
+            identity: id(),
+            room: RoomId(room.into()),
+            event_id: None,
+            user: UserId("@bot:hs".into()),
+            membership: mc_model::Membership::Joined,
+        }
     }
 
     fn id() -> IdentityId {
@@ -770,6 +803,7 @@ mod tests {
         config.settle_ms = 10;
         config.permission_room = Some(RoomId("!r:hs".into()));
         channel.add_identity(id(), config).unwrap();
+        channel.handle(now_ms(), joined("!r:hs"));
         let (engine, _task) = spawn(channel, wire.clone(), NoPersist, now_ms);
         engine.submit(attach("s1")).unwrap();
         engine.submit(ask("s1", "abcde")).unwrap();
@@ -900,6 +934,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(refused, WriteAnswer::Refused(DropReason::UnknownIdentity));
+    }
+
+    #[tokio::test]
+    async fn an_allowed_senders_invite_is_joined_by_the_wire_and_a_strangers_is_not() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        for (room, by) in [("!a:hs", ALICE), ("!b:hs", "@eve:hs")] {
+            engine
+                .submit(Input::Membership {
+                    identity: id(),
+                    room: RoomId(room.into()),
+                    event_id: None,
+                    user: UserId("@bot:hs".into()),
+                    membership: mc_model::Membership::Invited {
+                        by: UserId(by.into()),
+                    },
+                })
+                .unwrap();
+        }
+        let mut calls = Vec::new();
+        for _ in 0..50 {
+            settle(&engine).await;
+            calls = wire.calls.lock().unwrap().clone();
+            if !calls.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(calls, ["join bot !a:hs"]);
+        assert_eq!(
+            engine.read(|c| c.in_flight()).await.unwrap(),
+            0,
+            "the join's outcome went back"
+        );
     }
 
     #[tokio::test]

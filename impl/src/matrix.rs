@@ -18,10 +18,10 @@ use matrix_sdk::config::SyncSettings;
 use matrix_sdk::event_handler::RawEvent;
 use matrix_sdk::ruma::api::client::filter::{FilterDefinition, RoomEventFilter, RoomFilter};
 use matrix_sdk::ruma::api::client::sync::sync_events::v3::Filter;
-use matrix_sdk::ruma::events::room::member::StrippedRoomMemberEvent;
+use matrix_sdk::ruma::events::room::member::{MembershipState, StrippedRoomMemberEvent};
 use matrix_sdk::ruma::events::AnySyncTimelineEvent;
 use matrix_sdk::{Client, Room, RoomState};
-use mc_model::{IdentityId, Input};
+use mc_model::{IdentityId, Input, Membership, UserId};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -241,6 +241,7 @@ pub async fn start(
             .with_context(|| format!("identity {name}: first sync"))?;
         save_handled_position(store, &name, &first.next_batch)?;
     }
+    report_rooms(identity, &engine).await;
     add_handlers(identity, engine.clone());
     // Catch up on what happened while the server was down, before saying ready.
     let response = client
@@ -248,11 +249,6 @@ pub async fn start(
         .await
         .with_context(|| format!("identity {name}: catch-up sync"))?;
     handled(&engine, store, &name, &response.next_batch).await?;
-    // Invites that arrived while the server was down (or before the first sync)
-    // fired no handler: join those from allowed senders now.
-    for room in client.invited_rooms() {
-        join_if_invited_by_allowed(&room, &identity.settings.allowed_senders).await;
-    }
     let mut settings = settings.token(response.next_batch);
     let store = store.clone();
     Ok(tokio::spawn(async move {
@@ -296,84 +292,85 @@ async fn handled(
         .with_context(|| format!("identity {name}: saving the sync position"))
 }
 
-/// Joins an invited room when the inviter is an allowed sender; other invites are
-/// left pending (a stranger cannot pull the identity into a room).
-async fn join_if_invited_by_allowed(room: &Room, allowed: &[matrix_sdk::ruma::OwnedUserId]) {
-    let inviter = match room.invite_details().await {
-        Ok(invite) => invite.inviter_id,
-        Err(e) => {
-            tracing::debug!(room = %room.room_id(), "no invite details: {e}");
-            return;
-        }
-    };
-    if !allowed.contains(&inviter) {
-        tracing::info!(room = %room.room_id(), %inviter, "not joining: the inviter is not an allowed sender");
-        return;
+/// Tells the model what the Matrix store knows of each room when the server starts
+/// (before the catch-up sync, whose events follow): joined, invited (by whom),
+/// left. The model joins pending invites of allowed senders (a join cut by the last
+/// stop is tried again).
+async fn report_rooms(identity: &Identity, engine: &EngineHandle) {
+    let id = IdentityId(identity.name.clone());
+    let me = UserId(identity.settings.user_id.to_string());
+    for room in identity.client.rooms() {
+        let membership = match room.state() {
+            RoomState::Joined => Membership::Joined,
+            RoomState::Invited => match room.invite_details().await {
+                Ok(invite) => match invite.inviter {
+                    Some(inviter) => Membership::Invited {
+                        by: UserId(inviter.user_id().to_string()),
+                    },
+                    None => {
+                        tracing::info!(room = %room.room_id(), "an invite without an inviter: not reported");
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(room = %room.room_id(), "reading an invite failed: {e}");
+                    continue;
+                }
+            },
+            RoomState::Banned => Membership::Banned,
+            RoomState::Left | RoomState::Knocked => Membership::Left,
+        };
+        let _ = engine.submit(Input::Membership {
+            identity: id.clone(),
+            room: mc_model::RoomId(room.room_id().to_string()),
+            event_id: None,
+            user: me.clone(),
+            membership,
+        });
     }
-    if let Err(e) = room.join().await {
-        tracing::warn!(room = %room.room_id(), "joining on invite failed: {e}");
+}
+
+/// A membership as the model names it (`knock` is not joined: [`Membership::Left`]).
+fn membership_of(state: &MembershipState, sender: &matrix_sdk::ruma::UserId) -> Membership {
+    match state {
+        MembershipState::Invite => Membership::Invited {
+            by: UserId(sender.to_string()),
+        },
+        MembershipState::Join => Membership::Joined,
+        MembershipState::Ban => Membership::Banned,
+        _ => Membership::Left,
     }
 }
 
-/// When the identity joined `room` (its membership event's `origin_server_ts`,
-/// milliseconds), if known.
-async fn joined_at(room: &Room, me: &matrix_sdk::ruma::UserId) -> Option<u64> {
-    let member = room.get_member_no_sync(me).await.ok()??;
-    Some(member.event().origin_server_ts()?.0.into())
-}
-
-#[derive(Deserialize)]
-struct Ts {
-    origin_server_ts: Option<u64>,
-}
-
+/// Every event the sync hands over becomes one model input, in the room's timeline
+/// order: nothing is filtered here (the model drops what is not input, with a
+/// reason). Invites come as stripped state, outside the timeline.
 fn add_handlers(identity: &Identity, engine: EngineHandle) {
     let id = IdentityId(identity.name.clone());
-    let allowed = identity.settings.allowed_senders.clone();
-    identity.client.add_event_handler(
-        move |ev: StrippedRoomMemberEvent, room: Room, client: Client| {
-            let allowed = allowed.clone();
+    let invites = engine.clone();
+    let invite_id = id.clone();
+    identity
+        .client
+        .add_event_handler(move |ev: StrippedRoomMemberEvent, room: Room| {
+            let engine = invites.clone();
+            let id = invite_id.clone();
             async move {
-                // Join rooms an allowed sender invited us to; ignore everyone else.
-                if Some(ev.state_key.as_ref()) != client.user_id()
-                    || room.state() != RoomState::Invited
-                    || !allowed.contains(&ev.sender)
-                {
-                    return;
-                }
-                if let Err(e) = room.join().await {
-                    tracing::warn!(room = %room.room_id(), "joining on invite failed: {e}");
-                }
+                let _ = engine.submit(Input::Membership {
+                    identity: id,
+                    room: mc_model::RoomId(room.room_id().to_string()),
+                    event_id: None,
+                    user: UserId(ev.state_key.to_string()),
+                    membership: membership_of(&ev.content.membership, &ev.sender),
+                });
             }
-        },
-    );
+        });
     identity.client.add_event_handler(
         move |_ev: AnySyncTimelineEvent, room: Room, raw: RawEvent| {
             let engine = engine.clone();
             let id = id.clone();
             async move {
-                if room.state() != RoomState::Joined {
-                    return;
-                }
-                // Events from before the identity joined are the room's history,
-                // shown by the read tools, not input (the sync of a newly joined
-                // room carries some).
-                let ts = serde_json::from_str::<Ts>(raw.0.get())
-                    .ok()
-                    .and_then(|t| t.origin_server_ts);
-                if let (Some(me), Some(ts)) = (room.client().user_id(), ts) {
-                    if joined_at(&room, me).await.is_some_and(|joined| ts < joined) {
-                        tracing::debug!(room = %room.room_id(), "history from before the join: not input");
-                        return;
-                    }
-                }
-                match timeline_input(&id, &room, raw.0.get()).await {
-                    Ok(Some(input)) => {
-                        let _ = engine.submit(input);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(room = %room.room_id(), "undecodable event: {e}"),
-                }
+                let input = timeline_input(&id, &room, raw.0.get()).await;
+                let _ = engine.submit(input);
             }
         },
     );
@@ -410,20 +407,25 @@ impl RoomView for Room {
     }
 }
 
-/// Decodes one timeline event into a model input, resolving what the model cannot:
-/// a reply's parent (fetched from the homeserver) and the sender's display name.
-/// `Ok(None)` for events that are not input (state, encrypted, other types).
-///
-/// # Errors
-/// The event is not a JSON object with a valid `type`, `event_id` and `sender`
-/// ([`decode::decode_timeline_event`]).
-pub async fn timeline_input(
-    identity: &IdentityId,
-    room: &impl RoomView,
-    raw: &str,
-) -> anyhow::Result<Option<Input>> {
-    let decoded = decode::decode_timeline_event(&room.id(), raw)?;
-    Ok(match decoded {
+/// Decodes one timeline event into its model input, resolving what the model
+/// cannot: a reply's parent (fetched from the homeserver) and the sender's display
+/// name. Every event is one input: a membership ([`Input::Membership`]), and what is
+/// no input of the core's (state, encrypted, other types, malformed, or not even a
+/// readable envelope) as [`Input::NotInput`], which the model drops with its reason.
+pub async fn timeline_input(identity: &IdentityId, room: &impl RoomView, raw: &str) -> Input {
+    let decoded = match decode::decode_timeline_event(&room.id(), raw) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            return Input::NotInput {
+                identity: identity.clone(),
+                room: room.id(),
+                event_id: None,
+                sender: None,
+                what: format!("an event whose envelope is unreadable: {e}"),
+            }
+        }
+    };
+    match decoded {
         Decoded::Message(mut message) => {
             if let Some(target) = decode::reply_target(&message).cloned() {
                 let parent = match room.event_json(&target.0).await {
@@ -433,21 +435,34 @@ pub async fn timeline_input(
                 decode::set_reply_parent(&mut message, parent);
             }
             message.sender_name = room.display_name(&message.sender.0).await;
-            Some(Input::Message {
+            Input::Message {
                 identity: identity.clone(),
                 message,
-            })
+            }
         }
-        Decoded::Reaction(reaction) => Some(Input::Reaction {
+        Decoded::Reaction(reaction) => Input::Reaction {
             identity: identity.clone(),
             reaction,
-        }),
-        Decoded::Redaction(redaction) => Some(Input::Redaction {
+        },
+        Decoded::Redaction(redaction) => Input::Redaction {
             identity: identity.clone(),
             redaction,
-        }),
-        Decoded::Ignored(_) => None,
-    })
+        },
+        Decoded::Member(member) => Input::Membership {
+            identity: identity.clone(),
+            room: member.room,
+            event_id: Some(member.event_id),
+            user: member.user,
+            membership: member.membership,
+        },
+        Decoded::Ignored(ignored) => Input::NotInput {
+            identity: identity.clone(),
+            room: room.id(),
+            what: ignored.describe(),
+            event_id: Some(ignored.event_id),
+            sender: Some(ignored.sender),
+        },
+    }
 }
 
 /// Fetches an event's JSON from the homeserver, `None` when it cannot be read.

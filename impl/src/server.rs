@@ -114,6 +114,20 @@ impl Wire for LiveWire {
         Ok(())
     }
 
+    async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String> {
+        let identity = self
+            .identities
+            .get(identity.as_str())
+            .ok_or_else(|| format!("unknown identity {identity}"))?;
+        let id = OwnedRoomId::try_from(room.as_str()).map_err(|e| format!("room {room}: {e}"))?;
+        identity
+            .client
+            .join_room_by_id(&id)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError> {
         let identity = self
             .identities

@@ -6,7 +6,9 @@ use crate::config::{ConfigError, Gate, IdentityConfig};
 use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
 };
-use crate::event::{Input, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction};
+use crate::event::{
+    Input, Membership, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction,
+};
 use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 use crate::meta::MetaKey;
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
@@ -49,6 +51,25 @@ pub struct IdentityState {
     /// the agent may touch these as little as a live prompt's.
     #[serde(default)]
     retired_prompts: VecDeque<EventId>,
+    /// The identity's membership of each room it heard of (`Input::Membership`).
+    /// Only events of a room in `Joined` are input.
+    #[serde(default)]
+    rooms: BTreeMap<RoomId, RoomState>,
+}
+
+/// The identity's membership of one room, as the core knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RoomState {
+    /// Invited by `by`, and not joining (`by` is no allowed sender, or the join
+    /// failed).
+    Invited { by: UserId },
+    /// A join on `by`'s invite is in flight or done; the join event has not come.
+    Joining { by: UserId },
+    /// Joined: the room's events are input.
+    Joined,
+    /// Left, kicked or banned.
+    Left,
 }
 
 /// Whether a session's stream is open.
@@ -190,6 +211,11 @@ enum InFlight {
     Write {
         identity: IdentityId,
         call: CallId,
+    },
+    Join {
+        identity: IdentityId,
+        room: RoomId,
+        by: UserId,
     },
     Verdict {
         identity: IdentityId,
@@ -365,6 +391,23 @@ impl Channel {
                 call,
                 write,
             } => (identity, Event::Write(call, write)),
+            Input::Membership {
+                identity,
+                room,
+                event_id,
+                user,
+                membership,
+            } => (
+                identity,
+                Event::Membership(room, event_id, user, membership),
+            ),
+            Input::NotInput {
+                identity,
+                event_id,
+                sender,
+                what,
+                ..
+            } => (identity, Event::NotInput(event_id, sender, what)),
         };
         let Some(state) = self.identities.get_mut(&identity) else {
             if let Event::Write(call, _) = event {
@@ -401,6 +444,12 @@ impl Channel {
                 state.on_invalid_request(session, error, &mut out)
             }
             Event::Write(call, write) => state.on_agent_write(call, write, &mut out),
+            Event::Membership(room, event_id, user, membership) => {
+                state.on_membership(room, event_id, user, membership, &mut out)
+            }
+            Event::NotInput(event_id, sender, what) => {
+                state.on_not_input(event_id, sender, what, &mut out)
+            }
         }
         effects
     }
@@ -458,6 +507,7 @@ impl Channel {
             InFlight::Push { identity, .. }
             | InFlight::Post { identity, .. }
             | InFlight::Write { identity, .. }
+            | InFlight::Join { identity, .. }
             | InFlight::Verdict { identity, .. } => identity.clone(),
         };
         let Some(state) = self.identities.get_mut(&identity) else {
@@ -497,6 +547,11 @@ impl Channel {
             // The tool call is answered from the outcome by the server; the core
             // only stops waiting for it.
             InFlight::Write { .. } => {}
+            InFlight::Join { room, by, .. } => {
+                if let Outcome::Failed { .. } = outcome {
+                    state.join_failed(room, by, &mut out);
+                }
+            }
             InFlight::Verdict {
                 serial,
                 generation,
@@ -532,6 +587,8 @@ enum Event {
     Ack(Option<SessionId>, EventId),
     InvalidRequest(SessionId, String),
     Write(CallId, AgentWrite),
+    Membership(RoomId, Option<EventId>, UserId, Membership),
+    NotInput(Option<EventId>, Option<UserId>, String),
 }
 
 impl IdentityState {
@@ -549,7 +606,17 @@ impl IdentityState {
             log_order: VecDeque::new(),
             queue: VecDeque::new(),
             retired_prompts: VecDeque::new(),
+            rooms: BTreeMap::new(),
         }
+    }
+
+    /// The identity's membership of each room it heard of.
+    pub fn rooms(&self) -> &BTreeMap<RoomId, RoomState> {
+        &self.rooms
+    }
+
+    fn is_joined(&self, room: &RoomId) -> bool {
+        self.rooms.get(room) == Some(&RoomState::Joined)
     }
 
     /// The operator's settings.
@@ -887,6 +954,9 @@ impl IdentityState {
     // ----- Matrix events --------------------------------------------------------
 
     fn on_message(&mut self, message: Message, out: &mut Out<'_>) {
+        if !self.is_joined(&message.room) {
+            return out.drop(Some(&message.event_id), DropReason::NotJoined);
+        }
         let gate = self.config.gate(&message.sender);
         let class = classify_message(gate, &message);
         if matches!(gate, Gate::Own | Gate::Stranger) {
@@ -970,6 +1040,9 @@ impl IdentityState {
     }
 
     fn on_reaction(&mut self, reaction: Reaction, out: &mut Out<'_>) {
+        if !self.is_joined(&reaction.room) {
+            return out.drop(Some(&reaction.event_id), DropReason::NotJoined);
+        }
         let gate = self.config.gate(&reaction.sender);
         let prompt = self
             .prompts
@@ -1036,6 +1109,9 @@ impl IdentityState {
     }
 
     fn on_redaction(&mut self, redaction: Redaction, out: &mut Out<'_>) {
+        if !self.is_joined(&redaction.room) {
+            return out.drop(Some(&redaction.event_id), DropReason::NotJoined);
+        }
         match self.config.gate(&redaction.sender) {
             Gate::Own => return out.drop(Some(&redaction.event_id), DropReason::OwnEvent),
             Gate::Stranger => return out.drop(Some(&redaction.event_id), DropReason::Stranger),
@@ -1127,6 +1203,98 @@ impl IdentityState {
             }
             _ => out.drop(Some(event_id), DropReason::UnknownEvent),
         }
+    }
+
+    // ----- rooms ----------------------------------------------------------------
+
+    /// The identity's own membership changed, or it was invited. An invite is
+    /// judged by the sender gate: an allowed sender's is joined, once (a room being
+    /// joined or joined is not joined again); another's stays pending (a stranger
+    /// cannot pull the identity into a room).
+    fn on_membership(
+        &mut self,
+        room: RoomId,
+        event_id: Option<EventId>,
+        user: UserId,
+        membership: Membership,
+        out: &mut Out<'_>,
+    ) {
+        if user != self.config.user_id {
+            return out.drop(event_id.as_ref(), DropReason::OtherMember);
+        }
+        let by = match membership {
+            Membership::Joined => {
+                self.rooms.insert(room, RoomState::Joined);
+                return;
+            }
+            Membership::Left | Membership::Banned => {
+                self.rooms.insert(room, RoomState::Left);
+                return;
+            }
+            Membership::Invited { by } => by,
+        };
+        match self.rooms.get(&room) {
+            Some(RoomState::Joining { .. } | RoomState::Joined) => {
+                return out.drop(event_id.as_ref(), DropReason::AlreadyInvited);
+            }
+            // An invite not acted on is judged again when it is reported again (the
+            // server reports pending invites when it starts): a join that failed
+            // is tried again; a stranger's invite stays refused.
+            Some(RoomState::Invited { .. } | RoomState::Left) | None => {}
+        }
+        match self.config.gate(&by) {
+            Gate::Allowed | Gate::Approver => {
+                let id = out.id();
+                out.in_flight.insert(
+                    id,
+                    InFlight::Join {
+                        identity: out.identity.clone(),
+                        room: room.clone(),
+                        by: by.clone(),
+                    },
+                );
+                out.effects.push(Effect::JoinRoom {
+                    id,
+                    identity: out.identity.clone(),
+                    room: room.clone(),
+                });
+                self.rooms.insert(room, RoomState::Joining { by });
+            }
+            gate @ (Gate::Own | Gate::Stranger) => {
+                self.rooms.insert(room, RoomState::Invited { by });
+                let reason = match gate {
+                    Gate::Own => DropReason::OwnEvent,
+                    _ => DropReason::Stranger,
+                };
+                out.drop(event_id.as_ref(), reason);
+            }
+        }
+    }
+
+    /// A join on an invite failed: the invite is pending again (a restart, or
+    /// another invite, tries again).
+    fn join_failed(&mut self, room: RoomId, by: UserId, out: &mut Out<'_>) {
+        if self.rooms.get(&room) == Some(&RoomState::Joining { by: by.clone() }) {
+            self.rooms.insert(room, RoomState::Invited { by });
+        }
+        out.drop(None, DropReason::JoinFailed);
+    }
+
+    /// An event that is no input: the gate first (own and strangers' events say
+    /// only that), then what it is.
+    fn on_not_input(
+        &mut self,
+        event_id: Option<EventId>,
+        sender: Option<UserId>,
+        what: String,
+        out: &mut Out<'_>,
+    ) {
+        let reason = match sender.map(|s| self.config.gate(&s)) {
+            Some(Gate::Own) => DropReason::OwnEvent,
+            Some(Gate::Stranger) => DropReason::Stranger,
+            Some(Gate::Allowed | Gate::Approver) | None => DropReason::NotInput { what },
+        };
+        out.drop(event_id.as_ref(), reason);
     }
 
     // ----- the agent's writes ---------------------------------------------------

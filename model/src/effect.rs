@@ -57,6 +57,14 @@ pub enum Effect {
         in_reply_to: EventId,
         text: String,
     },
+    /// Join `room` as the identity: an allowed sender invited it. Outcome: `Sent`
+    /// when the homeserver took the join (the identity's join event follows in the
+    /// room's timeline), or `Failed` (the invite stays pending).
+    JoinRoom {
+        id: EffectId,
+        identity: IdentityId,
+        room: RoomId,
+    },
     /// Perform the agent's `write` as the identity, exactly as given, and answer the
     /// tool call `call` with how it ended. Outcome: `Sent` or `Failed`.
     Write {
@@ -217,4 +225,15 @@ pub enum DropReason {
     NamesOpenRequest { request_id: RequestId },
     /// The agent would leave a room where one of its prompts waits.
     LeavesPromptRoom,
+    /// An event of a room the identity is not joined to when the event comes in the
+    /// room's timeline: history from before its join, or after it left.
+    NotJoined,
+    /// An `m.room.member` event of someone other than the identity.
+    OtherMember,
+    /// An invite the identity already acted on (it is joining or joined).
+    AlreadyInvited,
+    /// Joining a room on an invite failed; the invite stays pending.
+    JoinFailed,
+    /// A timeline event that is no input of the core's (see `Input::NotInput`).
+    NotInput { what: String },
 }

@@ -78,6 +78,32 @@ pub enum Input {
     },
     /// The outcome of an effect that carried an [`EffectId`].
     Completed { id: EffectId, outcome: Outcome },
+    /// A membership in `room`: an `m.room.member` event (the core acts on the
+    /// identity's own and drops others'), handed over in timeline order with the room's
+    /// other events (so what the timeline holds before the identity's join is
+    /// history, whatever its senders' clocks say); an invite (the stripped state's
+    /// `m.room.member`, `sender` the inviter); or, with `event_id: None`, what the
+    /// server knows of the room when it starts.
+    Membership {
+        identity: IdentityId,
+        room: RoomId,
+        event_id: Option<EventId>,
+        /// Whose membership it is (the event's `state_key`): anyone's but the
+        /// identity's own is dropped as `OtherMember`.
+        user: UserId,
+        membership: Membership,
+    },
+    /// A timeline event the server read but that is no input of its own kind (a
+    /// state event, another event type, an encrypted event it could not decrypt, a
+    /// malformed one), or one it could not read at all (`event_id` and `sender`
+    /// then `None` when even they were unreadable). Dropped with `what`.
+    NotInput {
+        identity: IdentityId,
+        room: RoomId,
+        event_id: Option<EventId>,
+        sender: Option<UserId>,
+        what: String,
+    },
     /// Only time passed. Timers that are due fire (they also fire before any input).
     Tick,
     /// The server process that handled the inputs so far is gone and a new one has
@@ -88,6 +114,23 @@ pub enum Input {
     /// flight failed with the old process (pushes go back to the queue, verdicts wait
     /// for their session, agent writes are not retried: their tool call is gone).
     Restarted,
+}
+
+/// A membership of the identity's own, as `m.room.member` names it
+/// ([Client-Server API, "m.room.member"]).
+///
+/// [Client-Server API, "m.room.member"]: https://spec.matrix.org/v1.16/client-server-api/#mroommember
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "membership", rename_all = "snake_case")]
+pub enum Membership {
+    /// `invite`, by `by` (the event's `sender`).
+    Invited { by: UserId },
+    /// `join`.
+    Joined,
+    /// `leave` (left, kicked, an invite rejected or withdrawn), or `knock`.
+    Left,
+    /// `ban`.
+    Banned,
 }
 
 /// How an effect that expects an outcome ended.

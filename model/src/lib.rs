@@ -52,13 +52,13 @@ pub mod verdict;
 pub use crate::agent::{AgentText, AgentWrite};
 pub use crate::config::{ConfigError, Gate, IdentityConfig};
 pub use crate::core::{
-    Channel, IdentityState, LogEntry, Phase, Prompt, Queued, Record, SessionState, Vote,
+    Channel, IdentityState, LogEntry, Phase, Prompt, Queued, Record, RoomState, SessionState, Vote,
 };
 pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
 };
 pub use crate::event::{
-    Attachment, Input, Message, MessageContent, MsgType, NewContent, Outcome, Parent,
+    Attachment, Input, Membership, Message, MessageContent, MsgType, NewContent, Outcome, Parent,
     PermissionRequest, Reaction, Redaction, Relation, ReplyTo,
 };
 pub use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};

@@ -189,7 +189,31 @@ fn posted(id: EffectId, event: &str) -> Input {
 fn channel_with(config: IdentityConfig) -> Channel {
     let mut channel = Channel::new();
     channel.add_identity(ID.into(), config).expect("valid");
+    join_rooms(&mut channel);
     channel
+}
+
+/// Every identity of `channel` joins `R1` and `R2` (as the server reports them when
+/// it starts). Idempotent.
+fn join_rooms(channel: &mut Channel) {
+    let identities: Vec<(IdentityId, UserId)> = channel
+        .identities()
+        .map(|(id, state)| (id.clone(), state.config().user_id.clone()))
+        .collect();
+    for (identity, user) in identities {
+        for room in [R1, R2] {
+            channel.handle(
+                0,
+                Input::Membership {
+                    identity: identity.clone(),
+                    room: room.into(),
+                    event_id: None,
+                    user: user.clone(),
+                    membership: mc_model::Membership::Joined,
+                },
+            );
+        }
+    }
 }
 
 fn channel() -> Channel {
@@ -745,6 +769,7 @@ fn a_verdict_in_one_identity_never_reaches_another_identitys_colliding_session()
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
     home.permission_room = Some(R2.into());
     c.add_identity("home".into(), home).unwrap();
+    join_rooms(&mut c);
     with_pending(&mut c, "s1", "abcde", "$p1");
     c.handle(T0, attach_in("home", "s1"));
     let e = c.handle(T0, ask_in("home", "s1", "abcde"));
@@ -1147,6 +1172,7 @@ fn a_text_verdict_only_answers_a_prompt_in_its_own_room_unless_it_replies_to_it(
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
     home.permission_room = Some(R2.into());
     c.add_identity("home".into(), home).unwrap();
+    join_rooms(&mut c);
     with_pending(&mut c, "s1", "abcde", "$p1"); // work's prompt, in R1
     c.handle(T0, attach_in("home", "h1"));
     let e = c.handle(T0, ask_in("home", "h1", "abcde")); // home's prompt, in R2
@@ -2336,6 +2362,7 @@ fn run(ops: &[Op]) {
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
     home.permission_room = Some(R2.into());
     channel.add_identity("home".into(), home).expect("valid");
+    join_rooms(&mut channel);
     let mut seen = Seen {
         now: T0,
         ..Seen::default()

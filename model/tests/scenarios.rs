@@ -25,5 +25,7 @@ mod push_meta;
 mod reactions;
 #[path = "scenarios/restart.rs"]
 mod restart;
+#[path = "scenarios/rooms.rs"]
+mod rooms;
 #[path = "scenarios/verdicts.rs"]
 mod verdicts;

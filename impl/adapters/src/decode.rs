@@ -26,8 +26,8 @@
 //! [redactions](https://spec.matrix.org/v1.16/client-server-api/#redactions).
 
 use mc_model::{
-    Attachment, EventId, Message, MessageContent, MsgType, NewContent, Parent, Reaction, Redaction,
-    Relation, ReplyTo, RoomId, UserId,
+    Attachment, EventId, Membership, Message, MessageContent, MsgType, NewContent, Parent,
+    Reaction, Redaction, Relation, ReplyTo, RoomId, UserId,
 };
 use ruma::events::reaction::SyncReactionEvent;
 use ruma::events::relation::Thread;
@@ -57,8 +57,27 @@ pub enum Decoded {
     /// An `m.room.redaction`; `redacts` comes from `content.redacts` (room
     /// versions 11 and later), else from the top-level `redacts` (earlier versions).
     Redaction(Redaction),
-    /// Anything else, with the reason (for logs; nothing here reaches the core).
+    /// An `m.room.member` state event in the timeline: someone's membership. The
+    /// adapter hands the identity's own to the core as `Input::Membership`.
+    Member(Member),
+    /// Anything else, with the reason (the core drops it as
+    /// `DropReason::NotInput` with [`Ignored::describe`]).
     Ignored(Ignored),
+}
+
+/// An `m.room.member` event ([Client-Server API, "m.room.member"]).
+///
+/// [Client-Server API, "m.room.member"]: https://spec.matrix.org/v1.16/client-server-api/#mroommember
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub room: RoomId,
+    pub event_id: EventId,
+    /// Who sent it: the inviter of an invite, the member of a join.
+    pub sender: UserId,
+    /// Whose membership it is (`state_key`).
+    pub user: UserId,
+    /// `content.membership`; an invite is by `sender`.
+    pub membership: Membership,
 }
 
 /// An event the core never sees, and why.
@@ -127,6 +146,21 @@ struct Envelope {
     has_state_key: bool,
 }
 
+impl Ignored {
+    /// What the event is, in words, for the core's `DropReason::NotInput`: its type
+    /// and why it is no input.
+    pub fn describe(&self) -> String {
+        let why = match &self.reason {
+            IgnoreReason::StateEvent => "a state event".to_owned(),
+            IgnoreReason::OtherType => "an event type the channel does not handle".to_owned(),
+            IgnoreReason::Encrypted => "an encrypted event the server could not decrypt".to_owned(),
+            IgnoreReason::RedactedReaction => "a reaction redacted before it was seen".to_owned(),
+            IgnoreReason::Malformed(what) => format!("malformed: {what}"),
+        };
+        format!("{} ({why})", self.event_type)
+    }
+}
+
 impl Envelope {
     fn read(raw: &Raw<AnySyncTimelineEvent>) -> Result<Self, DecodeError> {
         fn required<'a, T: Deserialize<'a>>(
@@ -168,6 +202,46 @@ impl Envelope {
     }
 }
 
+/// An `m.room.member` event: its `state_key` (a user id) and `content.membership`.
+fn member(room: &RoomId, envelope: &Envelope, raw: &Raw<AnySyncTimelineEvent>) -> Decoded {
+    let Ok(Some(user)) = raw.get_field::<OwnedUserId>("state_key") else {
+        return envelope.ignored(IgnoreReason::Malformed(
+            "an m.room.member whose state_key is not a user id".to_owned(),
+        ));
+    };
+    #[derive(Deserialize)]
+    struct Content {
+        membership: String,
+    }
+    let membership = match raw.get_field::<Content>("content") {
+        Ok(Some(content)) => content.membership,
+        _ => {
+            return envelope.ignored(IgnoreReason::Malformed(
+                "an m.room.member without a membership".to_owned(),
+            ))
+        }
+    };
+    let sender = UserId(envelope.sender.to_string());
+    let membership = match membership.as_str() {
+        "invite" => Membership::Invited { by: sender.clone() },
+        "join" => Membership::Joined,
+        "leave" | "knock" => Membership::Left,
+        "ban" => Membership::Banned,
+        other => {
+            return envelope.ignored(IgnoreReason::Malformed(format!(
+                "an m.room.member with membership {other:?}"
+            )))
+        }
+    };
+    Decoded::Member(Member {
+        room: room.clone(),
+        event_id: EventId(envelope.event_id.to_string()),
+        sender,
+        user: UserId(user.to_string()),
+        membership,
+    })
+}
+
 /// Decodes one timeline event of `room` from its JSON.
 ///
 /// - `m.room.message` → [`Decoded::Message`]. `content` is `None` when the event
@@ -177,7 +251,9 @@ impl Envelope {
 ///   [`IgnoreReason::RedactedReaction`].
 /// - `m.room.redaction` → [`Decoded::Redaction`] (`content.redacts`, else the
 ///   top-level `redacts`).
-/// - State events, `m.room.encrypted`, other types, and events whose
+/// - `m.room.member` → [`Decoded::Member`] (`leave` and `knock` are
+///   [`Membership::Left`]; an unknown membership is malformed).
+/// - Other state events, `m.room.encrypted`, other types, and events whose
 ///   `origin_server_ts` or content does not fit their type → [`Decoded::Ignored`].
 ///
 /// # Errors
@@ -187,6 +263,9 @@ pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, D
     let raw: Raw<AnySyncTimelineEvent> =
         serde_json::from_str(raw_json).map_err(|e| DecodeError::NotAnObject(e.to_string()))?;
     let envelope = Envelope::read(&raw)?;
+    if envelope.has_state_key && envelope.event_type == "m.room.member" {
+        return Ok(member(room, &envelope, &raw));
+    }
     if envelope.has_state_key {
         return Ok(envelope.ignored(IgnoreReason::StateEvent));
     }
@@ -1073,13 +1152,107 @@ mod tests {
     }
 
     #[test]
-    fn a_state_event_is_ignored_as_state() {
+    fn a_member_event_is_a_membership_of_its_state_key() {
         assert_eq!(
-            ignored(STATE_MEMBER),
+            decode(STATE_MEMBER),
+            Decoded::Member(Member {
+                room: room(),
+                event_id: EventId::from("$MemberJoinxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+                sender: UserId::from("@bob:localhost"),
+                user: UserId::from("@bob:localhost"),
+                membership: Membership::Joined,
+            })
+        );
+        let invite = edited(STATE_MEMBER, |v| {
+            v["content"]["membership"] = json!("invite");
+            v["state_key"] = json!("@bot:localhost");
+        });
+        match decode(&invite) {
+            Decoded::Member(m) => {
+                assert_eq!(m.user, UserId::from("@bot:localhost"));
+                assert_eq!(
+                    m.membership,
+                    Membership::Invited {
+                        by: UserId::from("@bob:localhost")
+                    }
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        for (membership, expected) in [
+            ("leave", Membership::Left),
+            ("knock", Membership::Left),
+            ("ban", Membership::Banned),
+        ] {
+            let json = edited(STATE_MEMBER, |v| {
+                v["content"]["membership"] = json!(membership)
+            });
+            assert!(
+                matches!(decode(&json), Decoded::Member(m) if m.membership == expected),
+                "{membership}"
+            );
+        }
+        for bad in [
+            edited(STATE_MEMBER, |v| {
+                v["content"]["membership"] = json!("joined")
+            }),
+            edited(STATE_MEMBER, |v| v["content"] = json!({})),
+            edited(STATE_MEMBER, |v| v["state_key"] = json!("bob")),
+        ] {
+            assert!(
+                matches!(ignored(&bad).reason, IgnoreReason::Malformed(_)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_ignored_event_is_described_by_its_type_and_why() {
+        let i = |event_type: &str, reason| Ignored {
+            event_id: EventId::from("$e"),
+            sender: UserId::from("@a:hs"),
+            event_type: event_type.to_owned(),
+            reason,
+        };
+        for (ignored, says) in [
+            (
+                i("m.room.topic", IgnoreReason::StateEvent),
+                "m.room.topic (a state event)",
+            ),
+            (
+                i("m.sticker", IgnoreReason::OtherType),
+                "m.sticker (an event type the channel does not handle)",
+            ),
+            (
+                i("m.room.encrypted", IgnoreReason::Encrypted),
+                "m.room.encrypted (an encrypted event the server could not decrypt)",
+            ),
+            (
+                i("m.reaction", IgnoreReason::RedactedReaction),
+                "m.reaction (a reaction redacted before it was seen)",
+            ),
+            (
+                i("m.reaction", IgnoreReason::Malformed("no key".into())),
+                "m.reaction (malformed: no key)",
+            ),
+        ] {
+            assert_eq!(ignored.describe(), says);
+        }
+    }
+
+    #[test]
+    fn a_state_event_is_ignored_as_state() {
+        let topic = edited(STATE_MEMBER, |v| {
+            v["type"] = json!("m.room.topic");
+            v["state_key"] = json!("");
+            v["content"] = json!({"topic": "t"});
+        });
+        assert_eq!(
+            ignored(&topic),
             Ignored {
                 event_id: EventId::from("$MemberJoinxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
                 sender: UserId::from("@bob:localhost"),
-                event_type: "m.room.member".to_owned(),
+                event_type: "m.room.topic".to_owned(),
                 reason: IgnoreReason::StateEvent,
             }
         );

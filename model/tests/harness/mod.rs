@@ -37,6 +37,8 @@ pub const R1: &str = "!r1:hs";
 pub const R2: &str = "!r2:hs";
 /// `home`'s fixed permission room.
 pub const HOME_ROOM: &str = "!home:hs";
+/// The rooms every identity of a world is joined to from the start.
+pub const JOINED_ROOMS: &[&str] = &[R1, R2, HOME_ROOM, "!r:hs"];
 pub const S1: &str = "s1";
 pub const S2: &str = "s2";
 pub const H1: &str = "h1";
@@ -140,6 +142,8 @@ pub enum Kind {
     Verdict,
     /// An agent's write ([`Effect::Write`]).
     Write,
+    /// A join on an invite ([`Effect::JoinRoom`]).
+    Join,
 }
 
 /// One `notifications/claude/channel` push, as a session would see it.
@@ -217,9 +221,25 @@ impl World {
     pub fn with(identities: Vec<(&str, IdentityConfig)>) -> Self {
         let mut channel = Channel::new();
         for (name, config) in identities {
+            let user = config.user_id.clone();
             channel
                 .add_identity(name.into(), config)
                 .expect("a valid config in a test");
+            // Every identity is joined to the tests' rooms, as the server reports
+            // when it starts (no effects).
+            for room in JOINED_ROOMS {
+                let effects = channel.handle(
+                    START,
+                    Input::Membership {
+                        identity: name.into(),
+                        room: (*room).into(),
+                        event_id: None,
+                        user: user.clone(),
+                        membership: mc_model::Membership::Joined,
+                    },
+                );
+                assert!(effects.is_empty(), "{effects:?}");
+            }
         }
         World {
             channel,
@@ -779,7 +799,8 @@ impl World {
             }
             Effect::PostPrompt { id, .. }
             | Effect::SendVerdict { id, .. }
-            | Effect::Write { id, .. } => Some(*id),
+            | Effect::Write { id, .. }
+            | Effect::JoinRoom { id, .. } => Some(*id),
             Effect::EditPrompt { .. }
             | Effect::Notice { .. }
             | Effect::Decided { .. }
@@ -810,6 +831,7 @@ impl World {
             }
             Effect::SendVerdict { id, .. } => (*id, Kind::Verdict),
             Effect::Write { id, .. } => (*id, Kind::Write),
+            Effect::JoinRoom { id, .. } => (*id, Kind::Join),
             _ => return,
         };
         let outcome = if let Some(at) = self.failing.iter().position(|k| *k == kind) {
@@ -1006,6 +1028,7 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
             session,
             message,
         } => format!("{}log {session} {message:?}", prefix(identity)),
+        Effect::JoinRoom { identity, room, .. } => format!("{}join {room}", prefix(identity)),
         Effect::Dropped {
             identity,
             event_id,

@@ -211,6 +211,16 @@ fn no_input_changes_an_identitys_config() {
 fn an_earlier_now_is_taken_as_the_latest_seen() {
     let mut channel = Channel::new();
     channel.add_identity(identity(WORK), work_config()).unwrap();
+    channel.handle(
+        0,
+        Input::Membership {
+            identity: identity(WORK),
+            room: room(R1),
+            event_id: None,
+            user: user(BOT),
+            membership: mc_model::Membership::Joined,
+        },
+    );
     channel.handle(1_000, Input::Tick);
     assert_eq!(channel.now(), 1_000);
 
