@@ -1,4 +1,9 @@
 //! Runs the full model check and prints what it found: `cargo run --release -p matrix-channel-model --example check`.
+//! `SCOPE=prompts` checks the Prompts scope; `BOUNDS` replaces its bounds, in the order
+//! of `Bounds`' fields (events, messages, reactions, redactions, edits, requests,
+//! failures, acks, toggles, early_ticks, noise, agent, reconfigs, steps); `THREADS`;
+//! the arguments are a state count to stop at (0: none) and a property whose path to
+//! print.
 #[path = "../tests/check/mod.rs"]
 mod check;
 
@@ -34,7 +39,9 @@ fn main() {
             toggles: v[8],
             early_ticks: v[9],
             noise: v[10],
-            steps: v[11],
+            agent: v[11],
+            reconfigs: v[12],
+            steps: v[13],
         };
     }
     let threads: usize = std::env::var("THREADS")

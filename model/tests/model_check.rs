@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 /// Unique states of the full search of each scope. A change to the core or the
 /// world that changes these numbers must say why in its commit.
 const PINNED_DELIVERY: usize = 278_842;
-const PINNED_PROMPTS: usize = 360_358;
+const PINNED_PROMPTS: usize = 590_051;
 
 fn full_check_enabled() -> bool {
     std::env::var_os("MC_FULL_CHECK").is_some_and(|v| v == "1")
@@ -102,7 +102,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 }
 
 /// Each invariant, the fault that breaks it, and the scope where that shows.
-const FAULTS: [(&str, Fault, Scope); 21] = [
+const FAULTS: [(&str, Fault, Scope); 26] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -164,6 +164,23 @@ const FAULTS: [(&str, Fault, Scope); 21] = [
         Fault::MisreportFailedVerdicts,
         Scope::Prompts,
     ),
+    (
+        names::PROMPT_TOUCHED,
+        Fault::AskWithoutThreadRoot,
+        Scope::Prompts,
+    ),
+    (names::NAMES_OPEN, Fault::EmptyReactionKey, Scope::Prompts),
+    (
+        names::WRONGLY_REFUSED,
+        Fault::WrongOriginalSender,
+        Scope::Prompts,
+    ),
+    (
+        names::REPLY_ANSWERED,
+        Fault::LoseReplyRelations,
+        Scope::Prompts,
+    ),
+    (names::HELD_BY_FORMER, Fault::StaleApprovers, Scope::Prompts),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
@@ -216,4 +233,9 @@ fault_tests! {
     a_forged_edit_sender_gets_an_edit_pushed => 18;
     a_reversed_replay_is_caught => 19;
     a_failed_send_reported_sent_shows_a_verdict_never_delivered => 20;
+    a_thread_root_the_core_never_saw_lets_the_agent_thread_on_a_prompt => 21;
+    a_reaction_key_the_core_never_saw_names_an_open_request_id => 22;
+    a_wrongly_fetched_original_sender_refuses_the_agents_own_edit => 23;
+    a_lost_reply_relation_lets_a_reply_to_chat_answer_a_prompt => 24;
+    settings_that_never_reach_the_core_hold_a_yes_back_for_a_former_approver => 25;
 }

@@ -2,8 +2,10 @@
 //!
 //! [`World`] drives the very [`Channel::handle`] the server runs. Each action is one
 //! thing that can happen: a Claude Code session attaches, detaches or asks for
-//! permission; someone writes, replies, edits, reacts or redacts in Matrix; a verdict
-//! send completes or fails; a push fails; time passes to (or just before) the next
+//! permission; someone writes, replies, edits, reacts or redacts in Matrix; the agent
+//! writes to Matrix through the identity's tools (the core performs or refuses each
+//! write); the operator restarts the server with new settings; a verdict send
+//! completes or fails; a push fails; time passes to (or just before) the next
 //! deadline. The world keeps its own record of what happened in Matrix and what
 //! each session received, and a monitor compares every effect with it: a violation
 //! sets a bit in [`State::bad`], and each `always` property asks that its bit stays
@@ -15,17 +17,18 @@
 //! property holds because nothing happens.
 //!
 //! The cast: identity A (`@bot:a`) with approver Ann, allowed non-approver Carl, and
-//! the stranger Eve, sessions S1 and S2, rooms `!r1:a` and `!r2:a`, no fixed
-//! permission room; identity B (`@bot:b`) with approver Ann, session S3 and the
+//! the stranger Eve (the operator's second settings make Carl the approver instead
+//! of Ann), sessions S1 and S2, rooms `!r1:a` and `!r2:a`, no fixed permission room,
+//! and the agent writing as `@bot:a`; identity B (`@bot:b`) with approver Ann, session S3 and the
 //! permission room `!rb:b`. Request ids `abcde` and `fghij`.
 
 #![allow(dead_code)] // Each test crate that includes the world uses part of it.
 
 use mc_model::{
-    Behavior, Channel, DropReason, Effect, EffectId, EventId, IdentityId, Input, Message,
-    MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
-    Phase, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId, UserId,
-    VerdictSource,
+    AgentText, AgentWrite, Behavior, CallId, Channel, DropReason, Effect, EffectId, EventId,
+    IdentityId, Input, Membership, Message, MessageContent, MetaKey, Millis, MsgType, NewContent,
+    Outcome, Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo, RequestId,
+    RoomId, SessionId, UserId, VerdictSource,
 };
 use mc_model::{Gate, IdentityConfig};
 use stateright::{Model, Property};
@@ -84,6 +87,43 @@ pub enum Text {
     Notice,
     Yes(Rid),
     No(Rid),
+    /// A message the agent sent (as the identity's own account).
+    Agent,
+}
+
+/// What the agent does to a target through identity A's tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Touch {
+    /// `edit_message`: an `m.replace` of the target.
+    Edit,
+    /// `redact`.
+    Redact,
+    /// `send_reaction` with `👀`.
+    React,
+    /// `send_message` as a rich reply to the target.
+    Reply,
+    /// `send_message` in the target's thread.
+    Thread,
+}
+
+/// The event an agent's write aims at, by index in the world's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    Prompt(usize),
+    Message(usize),
+}
+
+/// A text the agent sends in `!r1:a`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AgentSay {
+    /// `see abcde`: names the request id as it is.
+    Names(Rid),
+    /// `see a\u{200B}bcde`: names it with a zero-width space inside.
+    NamesHidden(Rid),
+    /// `on it`: names nothing (the Prompts scope's prelude sends it).
+    Innocent,
+    /// A reaction on Ann's first message whose key is the request id.
+    KeyNames(Rid),
 }
 
 /// A reaction key: `👍️` (with U+FE0F) or `👎🏽` (with a skin tone).
@@ -156,6 +196,20 @@ pub enum Action {
     Tick,
     /// Time passes to just before the next deadline.
     TickBefore,
+    /// The agent (identity A's tools) edits, redacts, reacts to, replies to or
+    /// threads on a prompt or a message.
+    AgentTouch {
+        touch: Touch,
+        target: Target,
+    },
+    /// The agent sends a text.
+    AgentSays(AgentSay),
+    /// The operator restarts the server with new settings for A (`add_identity`
+    /// keeps the state): Ann is no longer an approver and Carl is one, or
+    /// (`swapped: false`) the first settings come back.
+    Reconfigure {
+        swapped: bool,
+    },
 }
 
 /// Events that only the monitor looks at.
@@ -175,7 +229,13 @@ pub enum Noise {
     CarlUp(usize),
     /// Eve reacts 👍️ on a prompt (by index).
     EveUp(usize),
+    /// Ann answers `yes abcde` as a Matrix reply to the agent's first message, which
+    /// is not a prompt (it answers nothing, so it leaves no trace either).
+    AnnYesToAgent,
 }
+
+/// The event id of [`Noise::AnnYesToAgent`].
+pub const ANN_YES_TO_AGENT: &str = "$n-ann-reply-yes";
 
 /// A deliberate fault in the world around the core.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -218,6 +278,32 @@ pub enum Fault {
     ForgeEditSender,
     /// The server reports a verdict send that failed as sent.
     MisreportFailedVerdicts,
+    /// The server asks the core about an agent's message without its thread root,
+    /// and sends it in the thread.
+    AskWithoutThreadRoot,
+    /// The server hands the core the agent's reaction key as empty.
+    EmptyReactionKey,
+    /// The server fetches the wrong sender (Ann) for the message the agent edits.
+    WrongOriginalSender,
+    /// The adapter drops the reply relation of a message.
+    LoseReplyRelations,
+    /// The operator's new settings never reach the core: it keeps the old approvers.
+    StaleApprovers,
+}
+
+impl Fault {
+    /// Whether the fault is in the agent's writes, the replies or the operator's new
+    /// settings, so that its search needs those actions.
+    pub fn needs_agent_or_settings(self) -> bool {
+        matches!(
+            self,
+            Fault::AskWithoutThreadRoot
+                | Fault::EmptyReactionKey
+                | Fault::WrongOriginalSender
+                | Fault::LoseReplyRelations
+                | Fault::StaleApprovers
+        )
+    }
 }
 
 /// How much of each kind of action one run may take.
@@ -237,6 +323,10 @@ pub struct Bounds {
     pub early_ticks: u8,
     /// Noise events (not counted in `events`).
     pub noise: u8,
+    /// The agent's writes (counted in `events`).
+    pub agent: u8,
+    /// The operator's restarts with new settings (not counted in `events`).
+    pub reconfigs: u8,
     /// Actions of any kind in one run: the depth of the search.
     pub steps: u8,
 }
@@ -257,6 +347,8 @@ impl Bounds {
                 toggles: 3,
                 early_ticks: 0,
                 noise: 1,
+                agent: 0,
+                reconfigs: 0,
                 steps: 6,
             },
             Scope::Prompts => Self {
@@ -271,6 +363,8 @@ impl Bounds {
                 toggles: 2,
                 early_ticks: 1,
                 noise: 1,
+                agent: 1,
+                reconfigs: 2,
                 steps: 5,
             },
         }
@@ -286,8 +380,9 @@ pub enum Scope {
     /// isolation; no permission requests.
     Delivery,
     /// Permission requests, verdicts by text and by reaction, withdrawal, expiry, the
-    /// cap, re-issue and verdict-send failures. Starts with S1 attached and Ann's
-    /// first message in `!r1:a` pushed, so prompts have a room.
+    /// cap, re-issue and verdict-send failures; the agent's writes and the operator's
+    /// new settings. Starts with S1 attached, Ann's first message in `!r1:a` pushed
+    /// (so prompts have a room) and the agent's first message sent there.
     Prompts,
 }
 
@@ -322,6 +417,8 @@ pub struct WReaction {
     pub created: Millis,
     /// Redacted by its own sender.
     pub redacted: bool,
+    /// On a prompt, by someone who was an approver when it arrived: a vote.
+    pub vote: bool,
 }
 
 /// A posted prompt in the world's record.
@@ -331,9 +428,12 @@ pub struct WPrompt {
     pub session: Sess,
     pub rid: Rid,
     pub message: EventId,
+    pub room: RoomId,
     pub issued: Millis,
     /// Verdict sends to the session that completed.
     pub delivered: u8,
+    /// Its message does not show an outcome yet: its request id is open.
+    pub open: bool,
 }
 
 /// The world's state: the core, and the world's own record.
@@ -354,6 +454,8 @@ pub struct State {
     last_allowed_room: Option<RoomId>,
     attached: BTreeSet<Sess>,
     push_failure_armed: bool,
+    /// The operator's settings for A are the second ones: Carl approves, Ann does not.
+    pub swapped: bool,
     /// Violations seen, one bit per `always` property.
     pub bad: u32,
     /// Good things that happened in the step that led here, one bit per `sometimes`
@@ -376,6 +478,13 @@ impl Ident {
             (Ident::A, 0) => "!r1:a".into(),
             (Ident::A, _) => "!r2:a".into(),
             (Ident::B, _) => "!rb:b".into(),
+        }
+    }
+
+    fn rooms(self) -> Vec<RoomId> {
+        match self {
+            Ident::A => vec![self.room(0), self.room(1)],
+            Ident::B => vec![self.room(0)],
         }
     }
 
@@ -461,6 +570,11 @@ mod bad {
     pub const FOREIGN_EDIT: u32 = 1 << 15;
     pub const REPLAY_ORDER: u32 = 1 << 16;
     pub const WRONG_RETIREMENT: u32 = 1 << 17;
+    pub const PROMPT_TOUCHED: u32 = 1 << 18;
+    pub const NAMES_OPEN: u32 = 1 << 19;
+    pub const WRONGLY_REFUSED: u32 = 1 << 20;
+    pub const REPLY_ANSWERED: u32 = 1 << 21;
+    pub const HELD_BY_FORMER: u32 = 1 << 22;
 }
 
 /// Bits of [`State::seen`].
@@ -482,6 +596,16 @@ mod seen {
     pub const VERDICT_DELIVERED: u32 = 1 << 15;
     pub const ALLOWED_PUSHED: u32 = 1 << 16;
     pub const EVICTED: u32 = 1 << 17;
+    pub const PROMPT_WRITE_REFUSED: u32 = 1 << 18;
+    pub const NAMING_REFUSED: u32 = 1 << 19;
+    pub const WRITE_PERFORMED: u32 = 1 << 20;
+    pub const REPLY_REFUSED: u32 = 1 << 21;
+    pub const PAST_FORMER_DENY: u32 = 1 << 22;
+    /// Not a witness: the step's agent write was refused.
+    pub const WRITE_REFUSED: u32 = 1 << 31;
+    /// Not a witness: the step left no trace, so its state is the last one but for
+    /// these bits, and has the same successors (the checker need not expand it).
+    pub const NO_TRACE: u32 = 1 << 30;
 }
 
 impl World {
@@ -494,25 +618,40 @@ impl World {
         }
     }
 
-    /// The pinned world of `scope` with `fault` switched on.
+    /// The pinned world of `scope` with `fault` switched on. A fault of the world
+    /// before the agent's writes and the operator's new settings is searched for
+    /// without them: its counterexample needs neither, and the depth-first search
+    /// finds it as fast as before they came.
     pub fn with_fault(scope: Scope, fault: Fault) -> Self {
-        Self {
+        let mut world = Self {
             fault: Some(fault),
             ..Self::new(scope)
+        };
+        if !fault.needs_agent_or_settings() {
+            world.bounds.agent = 0;
+            world.bounds.reconfigs = 0;
         }
+        world
     }
 
     fn has(&self, fault: Fault) -> bool {
         self.fault == Some(fault)
     }
 
-    /// The operator's settings for `ident` in this world (faults included).
+    /// The operator's first settings for `ident` in this world (faults included).
     pub fn config(&self, ident: Ident) -> IdentityConfig {
+        self.settings(ident, false)
+    }
+
+    /// The operator's settings for `ident`: the first ones, or (`swapped`) A's second
+    /// ones, where Carl approves instead of Ann (faults included).
+    pub fn settings(&self, ident: Ident, swapped: bool) -> IdentityConfig {
         let ann = Who::Ann.user(ident);
         let mut config = match ident {
             Ident::A => {
-                let mut c = IdentityConfig::new(ident.bot(), [ann.clone(), Who::Carl.user(ident)]);
-                c.approvers = Some([ann].into());
+                let carl = Who::Carl.user(ident);
+                let mut c = IdentityConfig::new(ident.bot(), [ann.clone(), carl.clone()]);
+                c.approvers = Some([if swapped { carl } else { ann }].into());
                 c
             }
             Ident::B => {
@@ -549,8 +688,31 @@ impl World {
         }
     }
 
-    fn gate(&self, ident: Ident, who: Who) -> Gate {
-        World::new(self.scope).config(ident).gate(&who.user(ident))
+    /// The agent's write as the server hands it to the core (faults included); the
+    /// server performs `write` itself if the core says so.
+    fn asked(&self, mut write: AgentWrite) -> AgentWrite {
+        match (&mut write, self.fault) {
+            (AgentWrite::Message { thread_root, .. }, Some(Fault::AskWithoutThreadRoot)) => {
+                *thread_root = None
+            }
+            (AgentWrite::Reaction { key, .. }, Some(Fault::EmptyReactionKey)) => key.clear(),
+            (
+                AgentWrite::Edit {
+                    original_sender, ..
+                },
+                Some(Fault::WrongOriginalSender),
+            ) => *original_sender = Who::Ann.user(Ident::A),
+            _ => {}
+        }
+        write
+    }
+
+    /// What `who` is to `ident` under the settings the operator meant (no fault) and
+    /// has in force in `s`.
+    fn gate(&self, s: &State, ident: Ident, who: Who) -> Gate {
+        World::new(self.scope)
+            .settings(ident, s.swapped)
+            .gate(&who.user(ident))
     }
 }
 
@@ -562,6 +724,7 @@ fn body(text: Text) -> String {
         Text::Notice => "beep".to_owned(),
         Text::Yes(rid) => format!("yes {}", rid.id()),
         Text::No(rid) => format!("No {}", rid.id()),
+        Text::Agent => "on it".to_owned(),
     }
 }
 
@@ -595,6 +758,39 @@ impl State {
     fn live(&self, sess: Sess) -> bool {
         self.attached.contains(&sess)
     }
+
+    /// The index of `who`'s first chat message in A.
+    fn first_chat(&self, who: Who) -> Option<usize> {
+        self.messages.iter().position(|m| {
+            m.ident == Ident::A && m.who == who && m.text == Text::Chat && m.edit_of.is_none()
+        })
+    }
+
+    /// The index of the agent's latest message.
+    fn last_agent_message(&self) -> Option<usize> {
+        self.messages.iter().rposition(|m| m.text == Text::Agent)
+    }
+
+    /// The index of the agent's first message.
+    fn first_agent_message(&self) -> Option<usize> {
+        self.messages.iter().position(|m| m.text == Text::Agent)
+    }
+}
+
+/// A `send_message` of one plain part.
+fn agent_message(
+    room: RoomId,
+    text: String,
+    reply_to: Option<EventId>,
+    thread_root: Option<EventId>,
+) -> AgentWrite {
+    AgentWrite::Message {
+        room,
+        parts: vec![AgentText::plain(text)],
+        reply_to,
+        thread_root,
+        txn_id: "t1".to_owned(),
+    }
 }
 
 fn plain(msgtype: MsgType, body: String, relation: Option<Relation>) -> MessageContent {
@@ -620,6 +816,19 @@ impl Model for World {
             channel
                 .add_identity(ident.id(), self.config(ident))
                 .expect("valid world config");
+            // The server starts with the identity in its rooms.
+            for room in ident.rooms() {
+                channel.handle(
+                    START,
+                    Input::Membership {
+                        identity: ident.id(),
+                        room,
+                        event_id: None,
+                        user: ident.bot(),
+                        membership: Membership::Joined,
+                    },
+                );
+            }
         }
         // Identity B's session is attached from the start: B only checks isolation.
         channel.handle(
@@ -645,6 +854,8 @@ impl Model for World {
                 toggles: 0,
                 early_ticks: 0,
                 noise: 0,
+                agent: 0,
+                reconfigs: 0,
                 steps: 0,
             },
             messages: Vec::new(),
@@ -656,6 +867,7 @@ impl Model for World {
             last_allowed_room: None,
             attached: [Sess::S3].into(),
             push_failure_armed: false,
+            swapped: false,
             bad: 0,
             seen: 0,
         };
@@ -668,6 +880,7 @@ impl Model for World {
                     room: 0,
                     text: Text::Chat,
                 },
+                Action::AgentSays(AgentSay::Innocent),
             ] {
                 // The prelude's actions are always enabled in the first states.
                 state = self.next_state(&state, action).expect("prelude");
@@ -676,6 +889,7 @@ impl Model for World {
                 events: 0,
                 messages: 0,
                 toggles: 0,
+                agent: 0,
                 steps: 0,
                 ..state.used
             };
@@ -686,10 +900,62 @@ impl Model for World {
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let b = &self.bounds;
         let u = &s.used;
-        if u.steps >= b.steps {
+        if u.steps >= b.steps || s.seen & seen::NO_TRACE != 0 {
             return;
         }
         let room_for_events = u.events < b.events;
+        // The newest actions first: the depth-first fault searches take the last
+        // actions first, so the older faults are found along their old paths. The
+        // agent writes once A has posted a prompt: before, no rule can bite.
+        let a_prompted = s.prompts.iter().any(|p| p.ident == Ident::A);
+        if room_for_events && u.agent < b.agent && a_prompted {
+            let touches = [
+                Touch::Edit,
+                Touch::Redact,
+                Touch::React,
+                Touch::Reply,
+                Touch::Thread,
+            ];
+            // Each of A's prompts, in whatever phase (retired too).
+            for (prompt, p) in s.prompts.iter().enumerate() {
+                if p.ident == Ident::A {
+                    for touch in touches {
+                        let target = Target::Prompt(prompt);
+                        actions.push(Action::AgentTouch { touch, target });
+                    }
+                }
+            }
+            if let Some(message) = s.first_chat(Who::Ann) {
+                // Not an edit: Ann's message is not the agent's to edit.
+                for &touch in &touches[1..] {
+                    let target = Target::Message(message);
+                    actions.push(Action::AgentTouch { touch, target });
+                }
+            }
+            if let Some(message) = s.last_agent_message() {
+                let target = Target::Message(message);
+                actions.push(Action::AgentTouch {
+                    touch: Touch::Edit,
+                    target,
+                });
+            }
+            for say in [
+                AgentSay::Names(Rid::R1),
+                AgentSay::NamesHidden(Rid::R1),
+                AgentSay::KeyNames(Rid::R1),
+            ] {
+                actions.push(Action::AgentSays(say));
+            }
+        }
+        let a_holds_prompts = s
+            .channel
+            .identity(&Ident::A.id())
+            .is_some_and(|st| !st.prompts().is_empty());
+        if u.reconfigs < b.reconfigs && a_holds_prompts {
+            actions.push(Action::Reconfigure {
+                swapped: !s.swapped,
+            });
+        }
         if u.toggles < b.toggles {
             for sess in [Sess::S1, Sess::S2] {
                 actions.push(if s.live(sess) {
@@ -739,6 +1005,10 @@ impl Model for World {
             }
         }
         if u.noise < b.noise {
+            // Part of the agent's alphabet: a world without agent writes has none.
+            if b.agent > 0 && s.first_agent_message().is_some() {
+                actions.push(Action::Noise(Noise::AnnYesToAgent));
+            }
             for noise in [
                 Noise::EveChat,
                 Noise::EveYes,
@@ -832,6 +1102,8 @@ impl Model for World {
         s.seen = 0;
         s.used.steps += 1;
         let mut inputs: VecDeque<(Option<Ident>, Input)> = VecDeque::new();
+        // The write the server performs if the core says so.
+        let mut agent: Option<AgentWrite> = None;
         match action {
             Action::Attach(sess) => {
                 s.used.toggles += 1;
@@ -892,7 +1164,7 @@ impl Model for World {
                 });
                 let room = ident.room(room);
                 if ident == Ident::A
-                    && matches!(self.gate(ident, who), Gate::Allowed | Gate::Approver)
+                    && matches!(self.gate(&s, ident, who), Gate::Allowed | Gate::Approver)
                     && text != Text::Notice
                 {
                     s.last_allowed_room = Some(room.clone());
@@ -937,7 +1209,12 @@ impl Model for World {
                         }),
                     },
                 };
-                let body = format!("> <{}> prompt\n\n{}", p.ident.bot(), body(Text::Yes(p.rid)));
+                let mut body =
+                    format!("> <{}> prompt\n\n{}", p.ident.bot(), body(Text::Yes(p.rid)));
+                let mut reply = Some(reply);
+                if self.has(Fault::LoseReplyRelations) {
+                    (reply, body) = (None, body.lines().last().unwrap_or_default().to_owned());
+                }
                 let room = p.ident.room(0);
                 if p.ident == Ident::A {
                     s.last_allowed_room = Some(room.clone());
@@ -947,7 +1224,7 @@ impl Model for World {
                     Who::Ann,
                     room,
                     event_id,
-                    plain(MsgType::Text, body, Some(reply)),
+                    plain(MsgType::Text, body, reply),
                 );
                 inputs.push_back((Some(p.ident), input));
             }
@@ -1008,7 +1285,7 @@ impl Model for World {
                     }),
                 };
                 if original.ident == Ident::A
-                    && matches!(self.gate(Ident::A, who), Gate::Allowed | Gate::Approver)
+                    && matches!(self.gate(&s, Ident::A, who), Gate::Allowed | Gate::Approver)
                 {
                     s.last_allowed_room = Some(original.ident.room(0));
                 }
@@ -1033,7 +1310,7 @@ impl Model for World {
                 let event_id = s.messages[message].event_id.clone();
                 s.acked.insert(event_id.clone());
                 if self.has(Fault::WidenOnAck) {
-                    let mut widened = self.config(Ident::A);
+                    let mut widened = self.settings(Ident::A, s.swapped);
                     widened.allowed_senders.insert(Who::Eve.user(Ident::A));
                     s.channel.add_identity(Ident::A.id(), widened).ok()?;
                 }
@@ -1050,7 +1327,7 @@ impl Model for World {
             }
             Action::Noise(noise) => {
                 s.used.noise += 1;
-                if noise == Noise::CarlYes {
+                if matches!(noise, Noise::CarlYes | Noise::AnnYesToAgent) {
                     s.last_allowed_room = Some(Ident::A.room(0));
                 }
                 let input = noise_input(self, &s, noise);
@@ -1119,6 +1396,71 @@ impl Model for World {
                 s.used.failures += 1;
                 s.push_failure_armed = true;
             }
+            Action::AgentTouch { touch, target } => {
+                s.used.agent += 1;
+                s.used.events += 1;
+                let (event_id, sender, room) = match target {
+                    Target::Prompt(i) => {
+                        let p = &s.prompts[i];
+                        (p.message.clone(), p.ident.bot(), p.room.clone())
+                    }
+                    Target::Message(i) => {
+                        let m = &s.messages[i];
+                        (m.event_id.clone(), m.who.user(m.ident), m.ident.room(0))
+                    }
+                };
+                agent = Some(match touch {
+                    Touch::Edit => AgentWrite::Edit {
+                        room,
+                        original: event_id,
+                        original_sender: sender,
+                        text: AgentText::plain("fixed"),
+                    },
+                    Touch::Redact => AgentWrite::Redaction {
+                        room,
+                        redacts: event_id,
+                        reason: None,
+                    },
+                    Touch::React => AgentWrite::Reaction {
+                        room,
+                        relates_to: event_id,
+                        key: "👀".to_owned(),
+                    },
+                    Touch::Reply => agent_message(room, "noted".to_owned(), Some(event_id), None),
+                    Touch::Thread => agent_message(room, "noted".to_owned(), None, Some(event_id)),
+                });
+            }
+            Action::AgentSays(say) => {
+                s.used.agent += 1;
+                s.used.events += 1;
+                let room = Ident::A.room(0);
+                agent = Some(match say {
+                    AgentSay::Names(rid) => {
+                        agent_message(room, format!("see {}", rid.id()), None, None)
+                    }
+                    AgentSay::NamesHidden(rid) => {
+                        let id = rid.id();
+                        let (head, tail) = id.as_str().split_at(1);
+                        agent_message(room, format!("see {head}\u{200B}{tail}"), None, None)
+                    }
+                    AgentSay::Innocent => agent_message(room, body(Text::Agent), None, None),
+                    AgentSay::KeyNames(rid) => AgentWrite::Reaction {
+                        room,
+                        relates_to: s.messages[s.first_chat(Who::Ann)?].event_id.clone(),
+                        key: rid.id().as_str().to_owned(),
+                    },
+                });
+            }
+            Action::Reconfigure { swapped } => {
+                s.used.reconfigs += 1;
+                s.swapped = swapped;
+                if !self.has(Fault::StaleApprovers) {
+                    // A restart with new settings: the identity's state is kept.
+                    s.channel
+                        .add_identity(Ident::A.id(), self.settings(Ident::A, swapped))
+                        .ok()?;
+                }
+            }
             Action::Tick | Action::TickBefore => {
                 let deadline = s.channel.next_deadline()?;
                 if action == Action::TickBefore {
@@ -1130,13 +1472,29 @@ impl Model for World {
                 inputs.push_back((None, Input::Tick));
             }
         }
+        if let Some(write) = &agent {
+            let input = Input::AgentWrite {
+                identity: Ident::A.id(),
+                call: CallId(1),
+                write: self.asked(write.clone()),
+            };
+            inputs.push_back((Some(Ident::A), input));
+        }
         while let Some((ident, input)) = inputs.pop_front() {
             let mut effects = s.channel.handle(s.now, input);
             if self.has(Fault::ReverseReplay) {
                 effects.reverse();
             }
-            monitor(self, &mut s, ident, effects, &mut inputs);
+            monitor(self, &mut s, ident, effects, &mut inputs, &mut agent);
         }
+        if agent_refused(&action, &s) && s.channel == last.channel {
+            // A refused write changed nothing in Matrix or the core: it leaves no
+            // trace but what the monitor found, and what follows it is what follows
+            // the last state.
+            s.used = last.used;
+            s.seen |= seen::NO_TRACE;
+        }
+        check_settling(self, last, &mut s);
         Some(s)
     }
 
@@ -1156,6 +1514,7 @@ fn react(
 ) {
     s.used.reactions += 1;
     s.used.events += 1;
+    let on_prompt = s.prompts.iter().any(|p| p.message == target);
     let event_id = s.fresh_event();
     s.reactions.push(WReaction {
         ident,
@@ -1165,6 +1524,7 @@ fn react(
         key,
         created: s.now,
         redacted: false,
+        vote: on_prompt && world.gate(s, ident, who) == Gate::Approver,
     });
     if world.has(Fault::LoseDenyReactions) && key == Key::Down {
         return;
@@ -1247,6 +1607,7 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
             format!("$n-eve-up-{}", s.prompts[prompt].message),
             Err(prompt),
         ),
+        Noise::AnnYesToAgent => return ann_yes_to_agent(world, s),
     };
     match content_or_key {
         Ok((msgtype, text)) => {
@@ -1267,6 +1628,27 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
     }
 }
 
+/// Ann's `yes abcde` as a Matrix reply to the agent's first message, without the
+/// fallback quote (Matrix v1.13 dropped it).
+fn ann_yes_to_agent(world: &World, s: &State) -> Input {
+    let a = Ident::A;
+    let parent = &s.messages[s.first_agent_message().expect("offered")];
+    let reply = Relation::Reply {
+        in_reply_to: ReplyTo {
+            event_id: parent.event_id.clone(),
+            parent: Some(Parent {
+                sender: a.bot(),
+                body: body(parent.text),
+                has_reply_relation: false,
+            }),
+        },
+    };
+    let reply = (!world.has(Fault::LoseReplyRelations)).then_some(reply);
+    let content = plain(MsgType::Text, body(Text::Yes(Rid::R1)), reply);
+    let event_id = EventId(ANN_YES_TO_AGENT.to_owned());
+    s.message_input(a, Who::Ann, a.room(0), event_id, content)
+}
+
 /// Compares each effect with the world's record, sets violation and witness bits,
 /// and answers the effects that expect an outcome (pushes and posts at once,
 /// verdict sends later by action).
@@ -1276,6 +1658,7 @@ fn monitor(
     ident: Option<Ident>,
     effects: Vec<Effect>,
     inputs: &mut VecDeque<(Option<Ident>, Input)>,
+    agent: &mut Option<AgentWrite>,
 ) {
     let mut replayed_last: BTreeMap<Sess, EventId> = BTreeMap::new();
     let mut replayed_count = 0;
@@ -1380,8 +1763,10 @@ fn monitor(
                         session,
                         rid,
                         message: message.clone(),
+                        room: room.clone(),
                         issued: s.now,
                         delivered: 0,
+                        open: true,
                     });
                 }
                 inputs.push_back((
@@ -1441,6 +1826,10 @@ fn monitor(
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
             }
             Effect::EditPrompt { event_id, text, .. } => {
+                // The message now shows an outcome: its request is no longer open.
+                for p in s.prompts.iter_mut().filter(|p| p.message == event_id) {
+                    p.open = false;
+                }
                 if text.plain.starts_with("⌛ Expired") {
                     s.seen |= seen::EXPIRED;
                 } else if text.plain.starts_with('⌛') {
@@ -1453,13 +1842,44 @@ fn monitor(
                     s.bad |= bad::WRONG_RETIREMENT;
                 }
             }
-            Effect::Dropped { reason, .. } => match reason {
+            Effect::Dropped {
+                reason, event_id, ..
+            } => match reason {
                 DropReason::OwnEvent | DropReason::Notice => s.seen |= seen::OWN_DROPPED,
                 DropReason::PromptEvicted => s.seen |= seen::EVICTED,
+                DropReason::ReplyNotToPrompt
+                    if event_id.as_ref().map(EventId::as_str) == Some(ANN_YES_TO_AGENT) =>
+                {
+                    s.seen |= seen::REPLY_REFUSED
+                }
                 _ => {}
             },
-            Effect::Notice { .. } => {}
-            Effect::Write { .. } | Effect::WriteRefused { .. } | Effect::LogMessage { .. } => {}
+            Effect::Notice { .. } | Effect::LogMessage { .. } => {}
+            // The world invites no one, so this is not expected; a join succeeds.
+            Effect::JoinRoom { id, .. } => inputs.push_back((
+                None,
+                Input::Completed {
+                    id,
+                    outcome: Outcome::Sent,
+                },
+            )),
+            Effect::Write { id, .. } => {
+                if let Some(write) = agent.take() {
+                    judge_agent_write(s, &write, true);
+                }
+                inputs.push_back((
+                    None,
+                    Input::Completed {
+                        id,
+                        outcome: Outcome::Sent,
+                    },
+                ));
+            }
+            Effect::WriteRefused { .. } => {
+                if let Some(write) = agent.take() {
+                    judge_agent_write(s, &write, false);
+                }
+            }
         }
     }
 }
@@ -1471,6 +1891,7 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::SendVerdict { identity, .. }
         | Effect::EditPrompt { identity, .. }
         | Effect::Notice { identity, .. }
+        | Effect::JoinRoom { identity, .. }
         | Effect::Write { identity, .. }
         | Effect::WriteRefused { identity, .. }
         | Effect::LogMessage { identity, .. }
@@ -1504,9 +1925,9 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
         match m.text {
             Text::Yes(_) | Text::No(_) => s.bad |= bad::VERDICT_PUSHED,
             Text::Notice => s.bad |= bad::OWN_OR_NOTICE_PUSHED,
-            Text::Chat => {}
+            Text::Chat | Text::Agent => {}
         }
-        match world.gate(m.ident, m.who) {
+        match world.gate(s, m.ident, m.who) {
             Gate::Own => s.bad |= bad::OWN_OR_NOTICE_PUSHED,
             Gate::Stranger => s.bad |= bad::STRANGER_PUSHED,
             Gate::Allowed | Gate::Approver => s.seen |= seen::ALLOWED_PUSHED,
@@ -1518,7 +1939,7 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
             }
         }
     } else if let Some(r) = s.reactions.iter().find(|r| r.event_id == *event_id) {
-        if world.gate(Ident::A, r.who) == Gate::Stranger {
+        if world.gate(s, Ident::A, r.who) == Gate::Stranger {
             s.bad |= bad::STRANGER_PUSHED;
         }
     }
@@ -1541,7 +1962,7 @@ fn check_decision(
     let by = [Who::Ann, Who::Carl, Who::Eve, Who::Bot]
         .into_iter()
         .find(|w| w.user(ident) == decision.by);
-    match by.map(|w| world.gate(ident, w)) {
+    match by.map(|w| world.gate(s, ident, w)) {
         Some(Gate::Approver) => {}
         Some(Gate::Allowed) => s.bad |= bad::NON_APPROVER_VERDICT,
         _ => s.bad |= bad::STRANGER_VERDICT,
@@ -1570,7 +1991,12 @@ fn check_decision(
         s.bad |= bad::EXPIRED_ANSWERED;
     }
     match &decision.via {
-        VerdictSource::Text { .. } => s.seen |= seen::TEXT_VERDICT,
+        VerdictSource::Text { event_id } => {
+            s.seen |= seen::TEXT_VERDICT;
+            if event_id.as_str() == ANN_YES_TO_AGENT {
+                s.bad |= bad::REPLY_ANSWERED;
+            }
+        }
         VerdictSource::Reaction { event_id, .. } => {
             s.seen |= seen::REACTION_VERDICT;
             if decision.behavior == Behavior::Deny {
@@ -1580,7 +2006,9 @@ fn check_decision(
                 .reactions
                 .iter()
                 .filter(|r| {
-                    r.target == prompt.message && world.gate(ident, r.who) == Gate::Approver
+                    r.target == prompt.message
+                        && r.vote
+                        && world.gate(s, ident, r.who) == Gate::Approver
                 })
                 .collect();
             if votes.iter().any(|r| r.event_id == *event_id && r.redacted) {
@@ -1600,6 +2028,213 @@ fn check_decision(
                 s.bad |= bad::EARLY_VERDICT;
             }
         }
+    }
+}
+
+/// Whether `action` was an agent's write the core refused (the world's state then
+/// differs from the last one only in the monitor's bits and the budgets).
+fn agent_refused(action: &Action, s: &State) -> bool {
+    matches!(action, Action::AgentTouch { .. } | Action::AgentSays(_))
+        && s.seen & seen::WRITE_REFUSED != 0
+}
+
+/// The events an agent's write aims at, as the world reads what it sends.
+fn sent_targets(write: &AgentWrite) -> Vec<EventId> {
+    match write {
+        AgentWrite::Message {
+            reply_to,
+            thread_root,
+            ..
+        } => reply_to.iter().chain(thread_root).cloned().collect(),
+        AgentWrite::Edit { original, .. } => vec![original.clone()],
+        AgentWrite::Reaction { relates_to, .. } => vec![relates_to.clone()],
+        AgentWrite::Redaction { redacts, .. } => vec![redacts.clone()],
+        AgentWrite::Receipt { .. }
+        | AgentWrite::Join { .. }
+        | AgentWrite::Leave { .. }
+        | AgentWrite::Invite { .. } => Vec::new(),
+    }
+}
+
+/// The texts an agent's write puts where a person reads them.
+fn sent_texts(write: &AgentWrite) -> Vec<&str> {
+    fn text(t: &AgentText) -> Vec<&str> {
+        std::iter::once(t.body.as_str())
+            .chain(t.formatted_body.as_deref())
+            .collect()
+    }
+    match write {
+        AgentWrite::Message { parts, .. } => parts.iter().flat_map(text).collect(),
+        AgentWrite::Edit { text: t, .. } => text(t),
+        AgentWrite::Reaction { key, .. } => vec![key.as_str()],
+        AgentWrite::Redaction { reason, .. } => reason.iter().map(String::as_str).collect(),
+        AgentWrite::Receipt { .. }
+        | AgentWrite::Join { .. }
+        | AgentWrite::Leave { .. }
+        | AgentWrite::Invite { .. } => Vec::new(),
+    }
+}
+
+/// Whether a person reading `text` sees `rid` as a word: the world's own reading of
+/// the few texts it generates (zero-width spaces unseen, any case).
+fn reads_as(text: &str, rid: Rid) -> bool {
+    let seen: String = text
+        .chars()
+        .filter(|c| *c != '\u{200B}')
+        .flat_map(char::to_lowercase)
+        .collect();
+    let id = rid.id();
+    seen.split(|c: char| !c.is_alphanumeric())
+        .any(|word| word == id.as_str())
+}
+
+/// Judges an agent's write the core performed or refused against the world's record:
+/// which events are prompts (every prompt A ever posted), which request ids are open
+/// (their prompt's message shows no outcome yet), whose message an edit changes.
+/// A performed write is recorded (a message becomes one of the world's messages).
+fn judge_agent_write(s: &mut State, write: &AgentWrite, performed: bool) {
+    let targets = sent_targets(write);
+    let touches_prompt = targets.iter().any(|t| {
+        s.prompts
+            .iter()
+            .any(|p| p.ident == Ident::A && p.message == *t)
+    });
+    let names_open = sent_texts(write).into_iter().any(|text| {
+        s.prompts
+            .iter()
+            .any(|p| p.ident == Ident::A && p.open && reads_as(text, p.rid))
+    });
+    let foreign_edit = match write {
+        AgentWrite::Edit { original, .. } => !s
+            .messages
+            .iter()
+            .any(|m| m.event_id == *original && m.who == Who::Bot),
+        _ => false,
+    };
+    if performed {
+        if touches_prompt {
+            s.bad |= bad::PROMPT_TOUCHED;
+        }
+        if names_open {
+            s.bad |= bad::NAMES_OPEN;
+        }
+        if !targets.is_empty() && !touches_prompt {
+            s.seen |= seen::WRITE_PERFORMED;
+        }
+        if let AgentWrite::Message { .. } = write {
+            let event_id = s.fresh_event();
+            s.messages.push(WMessage {
+                ident: Ident::A,
+                event_id,
+                who: Who::Bot,
+                text: Text::Agent,
+                edit_of: None,
+                redacted: false,
+            });
+        }
+    } else {
+        s.seen |= seen::WRITE_REFUSED;
+        if !touches_prompt && !names_open && !foreign_edit {
+            s.bad |= bad::WRONGLY_REFUSED;
+        }
+        if touches_prompt {
+            s.seen |= seen::PROMPT_WRITE_REFUSED;
+        }
+        if names_open && !touches_prompt {
+            s.seen |= seen::NAMING_REFUSED;
+        }
+    }
+}
+
+/// After a step: a `yes` the core held back in this step (it joined a settling
+/// prompt's votes) must have waited for a deny reaction, not withdrawn, by someone
+/// who was an approver when it arrived and is one now. Also notes a `yes` taken at
+/// once on a prompt whose settling deny came from someone who no longer approves.
+fn check_settling(world: &World, last: &State, s: &mut State) {
+    let a = Ident::A.id();
+    let (Some(before), Some(after)) = (last.channel.identity(&a), s.channel.identity(&a)) else {
+        return;
+    };
+    let settling = |st: &mc_model::IdentityState| {
+        st.prompts()
+            .iter()
+            .any(|p| matches!(p.phase, Phase::Settling { .. }))
+    };
+    if !settling(before) && !settling(after) {
+        return;
+    }
+    let votes_before = |message: &EventId| -> Vec<EventId> {
+        before
+            .prompts()
+            .iter()
+            .find_map(|p| match &p.phase {
+                Phase::Settling {
+                    message: m, votes, ..
+                } if m == message => Some(votes.iter().map(|(e, _)| e.clone()).collect()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let held: Vec<EventId> = after
+        .prompts()
+        .iter()
+        .filter_map(|p| match &p.phase {
+            Phase::Settling { message, votes, .. } => {
+                let old = votes_before(message);
+                votes
+                    .iter()
+                    .any(|(e, v)| v.by_text && !old.contains(e))
+                    .then(|| message.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let who = |user: &UserId| {
+        [Who::Ann, Who::Carl, Who::Eve, Who::Bot]
+            .into_iter()
+            .find(|w| w.user(Ident::A) == *user)
+    };
+    let past_former_deny = before.prompts().iter().any(|p| {
+        let Phase::Settling { message, votes, .. } = &p.phase else {
+            return false;
+        };
+        let former_deny = votes.iter().any(|(_, v)| {
+            v.behavior == Behavior::Deny
+                && !v.by_text
+                && who(&v.voter).is_some_and(|w| world.gate(s, Ident::A, w) != Gate::Approver)
+        });
+        former_deny
+            && after.prompts().iter().any(|q| match &q.phase {
+                Phase::Decided {
+                    message: m,
+                    decision,
+                }
+                | Phase::Delivering {
+                    message: m,
+                    decision,
+                    ..
+                } => {
+                    m == message
+                        && matches!(&decision.via, VerdictSource::Text { event_id }
+                            if !votes.iter().any(|(e, _)| e == event_id))
+                }
+                _ => false,
+            })
+    });
+    for message in held {
+        let denied = s.reactions.iter().any(|r| {
+            r.target == message
+                && r.key == Key::Down
+                && r.vote
+                && !r.redacted
+                && world.gate(s, Ident::A, r.who) == Gate::Approver
+        });
+        if !denied {
+            s.bad |= bad::HELD_BY_FORMER;
+        }
+    }
+    if past_former_deny {
+        s.seen |= seen::PAST_FORMER_DENY;
     }
 }
 
@@ -1647,6 +2282,11 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a prompt goes to the second room",
             "a prompt is evicted at the cap",
             "both identities hold prompts at once",
+            "an agent's write to a prompt is refused",
+            "an agent's text naming an open request id is refused",
+            "an agent's write to an ordinary message is performed",
+            "a verdict replying to the agent's message answers nothing",
+            "a yes is taken at once after the denier stopped being an approver",
         ],
     };
     shared.into_iter().chain(own.iter().copied()).collect()
@@ -1678,11 +2318,19 @@ pub mod names {
     pub const REPLAY_ORDER: &str = "replay is oldest first";
     pub const WRONG_RETIREMENT: &str =
         "a prompt shows a verdict only once its verdict reached the session";
+    pub const PROMPT_TOUCHED: &str =
+        "the agent never edits, redacts, reacts to, replies to or threads on a prompt";
+    pub const NAMES_OPEN: &str = "no text the agent sends names an open request id";
+    pub const WRONGLY_REFUSED: &str = "an agent's write that breaks no rule is performed";
+    pub const REPLY_ANSWERED: &str = "a verdict replying to another event answers nothing";
+    pub const HELD_BY_FORMER: &str =
+        "a yes is held back only by the deny of someone who is an approver now";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
     [Ident::A, Ident::B].into_iter().all(|ident| {
-        s.channel.identity(&ident.id()).map(|st| st.config()) == Some(&world.config(ident))
+        s.channel.identity(&ident.id()).map(|st| st.config())
+            == Some(&world.settings(ident, s.swapped))
     })
 }
 
@@ -1698,7 +2346,10 @@ fn nothing_lost(world: &World, s: &State) -> bool {
     s.messages.iter().all(|m| {
         let pushable = m.text == Text::Chat
             && m.edit_of.is_none()
-            && matches!(world.gate(m.ident, m.who), Gate::Allowed | Gate::Approver);
+            && matches!(
+                world.gate(s, m.ident, m.who),
+                Gate::Allowed | Gate::Approver
+            );
         let queued = s
             .channel
             .identity(&m.ident.id())
@@ -1793,6 +2444,31 @@ fn properties() -> Vec<Property<World>> {
         witness!(
             "a verdict send completes after its prompt was re-issued",
             seen::STALE_SEND
+        ),
+        never!(PROMPT_TOUCHED, bad::PROMPT_TOUCHED),
+        witness!(
+            "an agent's write to a prompt is refused",
+            seen::PROMPT_WRITE_REFUSED
+        ),
+        never!(NAMES_OPEN, bad::NAMES_OPEN),
+        witness!(
+            "an agent's text naming an open request id is refused",
+            seen::NAMING_REFUSED
+        ),
+        never!(WRONGLY_REFUSED, bad::WRONGLY_REFUSED),
+        witness!(
+            "an agent's write to an ordinary message is performed",
+            seen::WRITE_PERFORMED
+        ),
+        never!(REPLY_ANSWERED, bad::REPLY_ANSWERED),
+        witness!(
+            "a verdict replying to the agent's message answers nothing",
+            seen::REPLY_REFUSED
+        ),
+        never!(HELD_BY_FORMER, bad::HELD_BY_FORMER),
+        witness!(
+            "a yes is taken at once after the denier stopped being an approver",
+            seen::PAST_FORMER_DENY
         ),
     ]
 }
