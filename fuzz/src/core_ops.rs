@@ -1019,6 +1019,22 @@ impl World {
         channel
             .add_identity(ident_id(1), b.clone())
             .expect("valid config");
+        // Both identities are in every room of the cast (the server reports its rooms
+        // when it starts); the model drops events of rooms it has not joined.
+        for (i, config) in [(0, &a), (1, &b)] {
+            for room in ROOMS {
+                channel.handle(
+                    START,
+                    Input::Membership {
+                        identity: ident_id(i),
+                        room: RoomId::from(room),
+                        event_id: None,
+                        user: config.user_id.clone(),
+                        membership: mc_model::Membership::Joined,
+                    },
+                );
+            }
+        }
         Self {
             channel,
             keys: a.reaction_keys.clone(),
@@ -2306,6 +2322,8 @@ impl World {
                 );
                 self.answers += 1;
             }
+            // The world joins its rooms before the first op and sends no invite.
+            Effect::JoinRoom { room, .. } => panic!("a join of {room} though nobody invited"),
             Effect::LogMessage {
                 identity,
                 session,
@@ -2513,7 +2531,8 @@ fn effect_id(effect: &Effect) -> Option<EffectId> {
         Effect::Push { id, .. }
         | Effect::PostPrompt { id, .. }
         | Effect::SendVerdict { id, .. }
-        | Effect::Write { id, .. } => Some(*id),
+        | Effect::Write { id, .. }
+        | Effect::JoinRoom { id, .. } => Some(*id),
         _ => None,
     }
 }
