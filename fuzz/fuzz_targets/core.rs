@@ -1,8 +1,9 @@
 //! The whole core: a sequence of ops over a small cast (two identities, three
-//! sessions, an approver, an allowed non-approver, a stranger, both bots, three
-//! rooms, three request ids, fresh event ids, a monotone clock, the agent's writes)
-//! fed to `Channel::handle`, with the model's invariants checked after every step.
-//! The ops, the cast and every check are in `src/core_ops.rs`:
+//! sessions, an approver, an allowed non-approver, a stranger, both bots, three rooms
+//! joined at the start and one nobody is in, three request ids, fresh event ids, a
+//! monotone clock, the agent's writes, memberships and invites, events that are no
+//! input, restarts) fed to `Channel::handle`, with the model's invariants checked
+//! after every step. The ops, the cast and every check are in `src/core_ops.rs`:
 //!
 //! - every push goes to a live session attached to the same identity, of an event
 //!   that reached that identity from an allowed sender (never a stranger's or the
@@ -16,8 +17,25 @@
 //!   never with a withdrawn vote, never `allow` over a standing deny; a text verdict
 //!   without a reply comes from the prompt's room; it is sent only to the session
 //!   that asked, and delivered once;
-//! - prompts go to the permission room, or a room an allowed sender wrote in; a
-//!   prompt message shows a verdict only after the verdict was delivered;
+//! - prompts go to the permission room, or the room an allowed sender last wrote in
+//!   while the identity was joined to it; a prompt message shows a verdict only after
+//!   the verdict was delivered;
+//! - by the world's own record of each identity's rooms: no push, verdict, vote or
+//!   change of the room last written in comes from an event that reached the
+//!   identity while it was not joined to the event's room (history before a join,
+//!   events after a leave or ban); such an event is dropped as `NotJoined` and
+//!   nothing else happens; the core's rooms are the world's record; an allowed
+//!   sender's invite to a room not joining or joined asks for exactly one join, a
+//!   stranger's or the identity's own is refused, an invite acted on is dropped,
+//!   another user's membership is dropped; a join's outcome does nothing but say
+//!   that it failed;
+//! - an event that is no input gets one `Dropped` (by the gate when its sender is
+//!   known, else as no input), and nothing else happens;
+//! - after a restart no session is live (and none is pushed to or sent a verdict
+//!   until it attaches again), every prompt post that was in flight is issued again
+//!   with its id, room, request id and text, every other effect in flight failed
+//!   (its outcome is stale), and nothing else happens; the effects in flight are
+//!   always the ones the world waits for;
 //! - a text verdict that replies to an event other than its prompt's message never
 //!   decides;
 //! - each agent write (message, edit, reaction, redaction, receipt, join, leave,

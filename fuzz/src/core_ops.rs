@@ -6,7 +6,21 @@
 //! allowed non-approver Carl, stranger Eve (display name "Ann"), sessions S1 and S2,
 //! no fixed permission room; identity B (`@bot-b`) with approver Ann, session S3 and
 //! the permission room `!rb`. Request ids `abcde`, `fghij`, `kmnop`. Event ids are
-//! fresh (`$eN`, prompts `$pN`); an op re-delivers an old event, as sync can.
+//! fresh (`$eN`, prompts `$pN`, memberships `$mN`, events that are no input `$xN`);
+//! an op re-delivers an old event, as sync can.
+//!
+//! Rooms: both identities are joined to `!r1`, `!r2` and `!rb` before the first op
+//! (an `Input::Membership` `Joined` each, as a server reports what it knows when it
+//! starts); `!r4` is nobody's. [`Op::Membership`] invites (by any of the cast), joins,
+//! leaves and bans the identity, or anyone else; the world keeps its own record of
+//! each identity's rooms (invited, joining, joined, left) and checks every push,
+//! verdict, vote and the room an allowed sender last wrote in against it: nothing
+//! comes from an event that reached an identity while it was not joined to the
+//! event's room. An allowed sender's invite to a room not joining or joined asks for
+//! exactly one join (`Effect::JoinRoom`, whose outcome [`Op::Complete`] reports), a
+//! stranger's or the identity's own none. [`Op::NotInput`] events are dropped once
+//! and do nothing else. [`Op::Restarted`] must issue every prompt post in flight again
+//! with its id, fail everything else in flight, and leave no session live.
 //!
 //! The agent's writes ([`Op::Write`]) aim at the same references as Matrix events
 //! ([`Ref`]), carry texts from [`SAID`] (request ids spelled plainly, in upper case,
@@ -24,9 +38,10 @@ use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::parse_text_verdict;
 use mc_model::{
     AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DropReason, Effect, EffectId,
-    EventId, Gate, IdentityConfig, IdentityId, Input, Message, MessageContent, MetaKey, Millis,
-    MsgType, NewContent, Outcome, Parent, PermissionRequest, Phase, Prompt, Reaction, Redaction,
-    Relation, ReplyTo, RequestId, RoomId, SessionId, SessionState, UserId, VerdictSource,
+    EventId, Gate, IdentityConfig, IdentityId, Input, Membership, Message, MessageContent, MetaKey,
+    Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest, Phase, Prompt, Reaction,
+    Redaction, Relation, ReplyTo, RequestId, RoomId, RoomState, SessionId, SessionState, UserId,
+    VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -45,7 +60,26 @@ pub const EVE: &str = "@eve:example.org";
 pub const BOT_A: &str = "@bot-a:example.org";
 pub const BOT_B: &str = "@bot-b:example.org";
 const WHO: [&str; 5] = [ANN, CARL, EVE, BOT_A, BOT_B];
-const ROOMS: [&str; 3] = ["!r1:example.org", "!r2:example.org", "!rb:example.org"];
+/// The cast's three rooms, which both identities are joined to at the start (an
+/// `Input::Membership` `Joined` each, before the first op), and `!r4`, which nobody
+/// is in at the start: invites, history before a join and events after a leave
+/// happen there and, after a leave, in the others.
+const ROOMS: [&str; 4] = [
+    "!r1:example.org",
+    "!r2:example.org",
+    "!rb:example.org",
+    "!r4:example.org",
+];
+/// How many of [`ROOMS`] (the first ones) each identity is joined to at the start.
+const JOINED_AT_START: usize = 3;
+/// What the server says a [`Op::NotInput`] event is.
+const NOT_INPUTS: [&str; 5] = [
+    "m.room.topic",
+    "m.room.encrypted that could not be decrypted",
+    "m.sticker",
+    "m.room.message without a body",
+    "an event that is no JSON object",
+];
 const IDENTS: [&str; 2] = ["a", "b"];
 const SESSIONS: [&str; 3] = ["s1", "s2", "s3"];
 const RIDS: [&str; 3] = ["abcde", "fghij", "kmnop"];
@@ -202,6 +236,18 @@ pub struct Part {
     pub html: Option<Txt>,
 }
 
+/// A membership of [`Op::Membership`] (see `mc_model::Membership`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberOp {
+    /// Invited by one of the cast (`by`, an index into the cast).
+    Invited {
+        by: u8,
+    },
+    Joined,
+    Left,
+    Banned,
+}
+
 /// An agent's write, by kind (see `mc_model::AgentWrite`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WriteOp {
@@ -324,7 +370,7 @@ pub enum Op {
         error: String,
     },
     /// The operator's settings for one identity (indices into the choices); only
-    /// before the first input, a no-op after.
+    /// before the first op's input, a no-op after.
     Settings {
         ident: u8,
         ttl: u8,
@@ -332,9 +378,31 @@ pub enum Op {
         memory: u8,
         max_prompts: u8,
     },
+    /// An `m.room.member` event of `user` (0..=4 one of the cast, 5 and above the
+    /// receiving identity's own bot) in `room`, or (`event: false`) what the server
+    /// knows of the room when it starts.
+    Membership {
+        to: To,
+        room: u8,
+        user: u8,
+        membership: MemberOp,
+        event: bool,
+    },
+    /// A timeline event that is no input (`what` indexes [`NOT_INPUTS`]), from one of
+    /// the cast (`sender` 0..=4) or unreadable down to its sender (5 and above), with
+    /// or without a readable event id.
+    NotInput {
+        to: To,
+        room: u8,
+        sender: u8,
+        event: bool,
+        what: u8,
+    },
+    /// The server process is gone and a new one started.
+    Restarted,
 }
 
-const OPS: u8 = 16;
+const OPS: u8 = 19;
 
 fn decode_body(c: &mut Cursor) -> Body {
     match c.byte() % 6 {
@@ -608,13 +676,37 @@ pub fn decode(data: &[u8]) -> Vec<Op> {
                     error: c.string(),
                 }
             }
-            _ => Op::Settings {
+            15 => Op::Settings {
                 ident: c.byte(),
                 ttl: c.byte(),
                 settle: c.byte(),
                 memory: c.byte(),
                 max_prompts: c.byte(),
             },
+            16 => {
+                let (to, room, user) = (decode_to(c.byte()), c.byte(), c.byte());
+                let membership = match c.byte() % 4 {
+                    0 => MemberOp::Invited { by: c.byte() },
+                    1 => MemberOp::Joined,
+                    2 => MemberOp::Left,
+                    _ => MemberOp::Banned,
+                };
+                Op::Membership {
+                    to,
+                    room,
+                    user,
+                    membership,
+                    event: c.byte() & 1 == 0,
+                }
+            }
+            17 => Op::NotInput {
+                to: decode_to(c.byte()),
+                room: c.byte(),
+                sender: c.byte(),
+                event: c.byte() & 1 == 0,
+                what: c.byte(),
+            },
+            _ => Op::Restarted,
         };
         ops.push(op);
     }
@@ -725,6 +817,30 @@ pub fn encode(ops: &[Op]) -> Vec<u8> {
                 memory,
                 max_prompts,
             } => out.extend([15, *ident, *ttl, *settle, *memory, *max_prompts]),
+            Op::Membership {
+                to,
+                room,
+                user,
+                membership,
+                event,
+            } => {
+                out.extend([16, encode_to(*to), *room, *user]);
+                match membership {
+                    MemberOp::Invited { by } => out.extend([0, *by]),
+                    MemberOp::Joined => out.push(1),
+                    MemberOp::Left => out.push(2),
+                    MemberOp::Banned => out.push(3),
+                }
+                out.push(u8::from(!event));
+            }
+            Op::NotInput {
+                to,
+                room,
+                sender,
+                event,
+                what,
+            } => out.extend([17, encode_to(*to), *room, *sender, u8::from(!event), *what]),
+            Op::Restarted => out.push(18),
         }
     }
     out
@@ -758,6 +874,12 @@ enum EvKind {
 struct Ev {
     id: EventId,
     to: Vec<usize>,
+    /// The identities it reached while joined to its room, by the world's record (the
+    /// others' cores must drop it as `NotJoined`).
+    joined: Vec<usize>,
+    /// A message that makes its room the one an allowed sender last wrote in (not a
+    /// notice, not redacted).
+    counts_room: bool,
     who: UserId,
     room: RoomId,
     step: usize,
@@ -776,6 +898,29 @@ struct PromptRec {
     plain: String,
     /// The `handle` call after which the core held it no more.
     retired: Option<u64>,
+    /// Posted by a post a restart issued again.
+    reissued: bool,
+}
+
+/// An identity's membership of a room, by the world's own record of the memberships
+/// it sent and of the joins' outcomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Member {
+    Invited(UserId),
+    Joining(UserId),
+    Joined,
+    Left,
+}
+
+impl Member {
+    fn state(&self) -> RoomState {
+        match self {
+            Member::Invited(by) => RoomState::Invited { by: by.clone() },
+            Member::Joining(by) => RoomState::Joining { by: by.clone() },
+            Member::Joined => RoomState::Joined,
+            Member::Left => RoomState::Left,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -787,6 +932,7 @@ enum Pending {
     Post {
         ident: usize,
         room: RoomId,
+        request_id: RequestId,
         issued: Millis,
         plain: String,
     },
@@ -794,6 +940,11 @@ enum Pending {
         message: Option<EventId>,
     },
     Write,
+    Join {
+        ident: usize,
+        room: RoomId,
+        by: UserId,
+    },
 }
 
 /// What a run reached, to show seeds are meaningful.
@@ -826,6 +977,33 @@ pub struct Reached {
     pub replies_not_to_prompt: usize,
     /// Unreadable permission requests told to their session.
     pub invalid_requests: usize,
+    /// Joins on an allowed sender's invite ([`Effect::JoinRoom`]), and joins failed.
+    pub joins: usize,
+    pub joins_failed: usize,
+    /// Invites refused (a stranger's, the identity's own), invites already acted on.
+    pub invites_refused: usize,
+    pub invites_again: usize,
+    /// Others' memberships dropped.
+    pub other_members: usize,
+    /// Events of a room the identity was not joined to, dropped.
+    pub not_joined: usize,
+    /// Pushes of events of a room the identity joined by an op (not at the start).
+    pub pushes_after_join: usize,
+    /// Events that are no input, dropped; those without a readable sender.
+    pub not_inputs: usize,
+    pub not_inputs_without_sender: usize,
+    /// Restarts; effects they failed; posts they issued again; prompts posted by such
+    /// a post and then decided.
+    pub restarts: usize,
+    pub failed_by_restart: usize,
+    pub reposts: usize,
+    pub reposts_decided: usize,
+    /// A known gap (see [`HISTORY_REDELIVERED_IS_INPUT`]): events from before a join,
+    /// re-delivered after it, taken as new input.
+    pub history_redelivered: usize,
+    /// Not checked, reported: prompts posted to a room the identity is not joined to
+    /// (it left the room an allowed sender last wrote in, or the permission room).
+    pub posts_to_rooms_not_joined: usize,
 }
 
 impl Reached {
@@ -851,6 +1029,21 @@ impl Reached {
             refused_unknown,
             replies_not_to_prompt,
             invalid_requests,
+            joins,
+            joins_failed,
+            invites_refused,
+            invites_again,
+            other_members,
+            not_joined,
+            pushes_after_join,
+            not_inputs,
+            not_inputs_without_sender,
+            restarts,
+            failed_by_restart,
+            reposts,
+            reposts_decided,
+            history_redelivered,
+            posts_to_rooms_not_joined,
         } = other;
         self.pushes += pushes;
         self.replayed += replayed;
@@ -871,8 +1064,33 @@ impl Reached {
         self.refused_unknown += refused_unknown;
         self.replies_not_to_prompt += replies_not_to_prompt;
         self.invalid_requests += invalid_requests;
+        self.joins += joins;
+        self.joins_failed += joins_failed;
+        self.invites_refused += invites_refused;
+        self.invites_again += invites_again;
+        self.other_members += other_members;
+        self.not_joined += not_joined;
+        self.pushes_after_join += pushes_after_join;
+        self.not_inputs += not_inputs;
+        self.not_inputs_without_sender += not_inputs_without_sender;
+        self.restarts += restarts;
+        self.failed_by_restart += failed_by_restart;
+        self.reposts += reposts;
+        self.reposts_decided += reposts_decided;
+        self.history_redelivered += history_redelivered;
+        self.posts_to_rooms_not_joined += posts_to_rooms_not_joined;
     }
 }
+
+/// A known gap of the core's, reported: an event of a room the identity had not
+/// joined yet is dropped `NotJoined` and never logged, so when sync delivers it again
+/// after the join (a restart before the sync position was stored replays the
+/// response, the join included, in timeline order) the core takes it as new input
+/// and may push it, vote with it or make its room the prompt room: history from
+/// before the join is input after all. While this is `true` the world takes such a
+/// re-delivery as the event arriving now (and counts it); when the core learns to
+/// drop it, set it to `false` and the target requires the drop.
+pub const HISTORY_REDELIVERED_IS_INPUT: bool = false;
 
 /// What a person reads in one text of a write: the held ids among `names` must be
 /// caught; `missed` ones may be (a known gap of the core's reading); of a `raw` text
@@ -915,8 +1133,30 @@ pub struct World {
     attached_ever: BTreeSet<SessionId>,
     /// Reactions withdrawn by their own sender, with the step.
     withdrawn: BTreeMap<(usize, EventId), usize>,
-    /// Rooms an allowed sender wrote a message in, per identity.
-    written_rooms: [BTreeSet<RoomId>; 2],
+    /// Each identity's membership of each room, by the world's own record.
+    rooms: [BTreeMap<RoomId, Member>; 2],
+    /// Rooms an identity joined by an op (not at the start).
+    joined_late: [BTreeSet<RoomId>; 2],
+    /// The room an allowed sender last wrote a message in (not a notice, not a
+    /// redacted one) while the identity was joined to it: the core's rule, mirrored.
+    last_room: [Option<RoomId>; 2],
+    /// The join the input being handled must ask for (identity, room), and how many
+    /// came.
+    joining: Option<(IdentityId, RoomId)>,
+    joins: usize,
+    /// The restart being handled: the prompt posts in flight (identity, room, request
+    /// id, text), and those it issued again.
+    reposting: Option<BTreeMap<EffectId, (usize, RoomId, RequestId, String)>>,
+    reissued: BTreeSet<EffectId>,
+    /// Every post a restart issued again.
+    reissued_ever: BTreeSet<EffectId>,
+    /// Sessions a restart detached that no attach made live again.
+    detached_by_restart: BTreeSet<SessionId>,
+    /// Re-arrivals of events (see [`HISTORY_REDELIVERED_IS_INPUT`]): the step at which
+    /// identity `i` took event `e` as new.
+    rearrived: BTreeMap<(usize, EventId), usize>,
+    /// `handle` calls made before the first op (the joins at the start).
+    start_handled: u64,
     /// The sessions live before the input being handled (timers fire first, so a
     /// push or verdict may go to a session that the input then detaches).
     live_before: BTreeSet<SessionId>,
@@ -1019,23 +1259,7 @@ impl World {
         channel
             .add_identity(ident_id(1), b.clone())
             .expect("valid config");
-        // Both identities are in every room of the cast (the server reports its rooms
-        // when it starts); the model drops events of rooms it has not joined.
-        for (i, config) in [(0, &a), (1, &b)] {
-            for room in ROOMS {
-                channel.handle(
-                    START,
-                    Input::Membership {
-                        identity: ident_id(i),
-                        room: RoomId::from(room),
-                        event_id: None,
-                        user: config.user_id.clone(),
-                        membership: mc_model::Membership::Joined,
-                    },
-                );
-            }
-        }
-        Self {
+        let mut world = Self {
             channel,
             keys: a.reaction_keys.clone(),
             configs: [a, b],
@@ -1053,7 +1277,17 @@ impl World {
             requested: BTreeSet::new(),
             attached_ever: BTreeSet::new(),
             withdrawn: BTreeMap::new(),
-            written_rooms: [BTreeSet::new(), BTreeSet::new()],
+            rooms: [BTreeMap::new(), BTreeMap::new()],
+            joined_late: [BTreeSet::new(), BTreeSet::new()],
+            last_room: [None, None],
+            joining: None,
+            joins: 0,
+            reposting: None,
+            reissued: BTreeSet::new(),
+            reissued_ever: BTreeSet::new(),
+            detached_by_restart: BTreeSet::new(),
+            rearrived: BTreeMap::new(),
+            start_handled: 0,
             live_before: BTreeSet::new(),
             prompts_before: Vec::new(),
             handled: 0,
@@ -1063,13 +1297,32 @@ impl World {
             logging: None,
             trace: false,
             reached: Reached::default(),
+        };
+        // Each identity is joined to the cast's rooms before the first op, as the server
+        // reports the rooms it knows when it starts.
+        for i in 0..2 {
+            for room in &ROOMS[..JOINED_AT_START] {
+                let room = RoomId::from(*room);
+                world.rooms[i].insert(room.clone(), Member::Joined);
+                let input = Input::Membership {
+                    identity: ident_id(i),
+                    room,
+                    event_id: None,
+                    user: bot(i),
+                    membership: Membership::Joined,
+                };
+                let effects = world.handle(START, input);
+                assert!(effects.is_empty(), "a join at the start did {effects:?}");
+            }
         }
+        world.start_handled = world.handled;
+        world
     }
 
     /// The operator's settings for one identity, before any input: the settle window
     /// stays under the time to live, so the settings are always valid.
     fn settings(&mut self, ident: u8, ttl: u8, settle: u8, memory: u8, max_prompts: u8) {
-        if self.handled > 0 {
+        if self.handled > self.start_handled {
             return;
         }
         let i = usize::from(ident) % 2;
@@ -1186,6 +1439,7 @@ impl World {
                 let session = session(*sess);
                 let ident = session_ident(&session);
                 self.attached_ever.insert(session.clone());
+                self.detached_by_restart.remove(&session);
                 let input = Input::Attach {
                     identity: ident_id(ident),
                     session,
@@ -1243,7 +1497,14 @@ impl World {
                         (i, input)
                     })
                     .collect();
-                self.send(id, who, room, EvKind::Reaction { target, key }, inputs);
+                self.send(
+                    id,
+                    who,
+                    room,
+                    EvKind::Reaction { target, key },
+                    false,
+                    inputs,
+                );
             }
             Op::Redaction { to, who, target } => {
                 let target = self.resolve(*target);
@@ -1259,16 +1520,8 @@ impl World {
                 };
                 let idents = Self::targets(*to);
                 for &i in &idents {
-                    let own_reaction = self.events.iter().any(|e| {
-                        e.id == target
-                            && e.who == who
-                            && e.to.contains(&i)
-                            && matches!(e.kind, EvKind::Reaction { .. })
-                    });
-                    if own_reaction {
-                        self.withdrawn
-                            .entry((i, target.clone()))
-                            .or_insert(self.step);
+                    if self.joined(i, &room) {
+                        self.note_withdrawal(i, &who, &target);
                     }
                 }
                 let inputs = idents
@@ -1281,7 +1534,7 @@ impl World {
                         (i, input)
                     })
                     .collect();
-                self.send(id, who, room, EvKind::Redaction { target }, inputs);
+                self.send(id, who, room, EvKind::Redaction { target }, false, inputs);
             }
             Op::Request {
                 sess,
@@ -1382,20 +1635,53 @@ impl World {
                 memory,
                 max_prompts,
             } => self.settings(*ident, *ttl, *settle, *memory, *max_prompts),
+            Op::Membership {
+                to,
+                room,
+                user,
+                membership,
+                event,
+            } => self.membership(*to, *room, *user, *membership, *event),
+            Op::NotInput {
+                to,
+                room,
+                sender,
+                event,
+                what,
+            } => self.not_input(*to, *room, *sender, *event, *what),
+            Op::Restarted => self.restarted(),
             Op::Redeliver { pick } => {
                 if self.events.is_empty() {
                     return;
                 }
                 let n = self.events.len();
-                let ev = self.events[n - 1 - usize::from(*pick) % n].clone();
+                let index = n - 1 - usize::from(*pick) % n;
+                let ev = self.events[index].clone();
                 for (i, input) in ev.inputs {
-                    // Due timers fire first, so what follows is the event's doing alone.
-                    self.handle(self.now, Input::Tick);
-                    let effects = self.handle(self.now, input);
                     let logged = matches!(
                         self.configs[i].gate(&ev.who),
                         Gate::Allowed | Gate::Approver
                     );
+                    // History from before the join, delivered again after it.
+                    let history = logged && !self.events[index].joined.contains(&i);
+                    if !self.joined(i, &ev.room) || (history && !HISTORY_REDELIVERED_IS_INPUT) {
+                        self.not_joined(i, &ev.id, input);
+                        continue;
+                    }
+                    if history {
+                        self.reached.history_redelivered += 1;
+                        self.events[index].joined.push(i);
+                        self.rearrived.insert((i, ev.id.clone()), self.step);
+                        self.arrive(i, &ev.who, &ev.room, ev.counts_room);
+                        if let EvKind::Redaction { target } = &ev.kind {
+                            self.note_withdrawal(i, &ev.who, target);
+                        }
+                        self.handle(self.now, input);
+                        continue;
+                    }
+                    // Due timers fire first, so what follows is the event's doing alone.
+                    self.handle(self.now, Input::Tick);
+                    let effects = self.handle(self.now, input);
                     assert!(
                         effects.iter().any(|e| matches!(
                             e,
@@ -1775,6 +2061,258 @@ impl World {
         );
     }
 
+    /// The prompts and the queue of every identity, to see that an input left them.
+    fn held(&self) -> Vec<(Vec<Prompt>, Vec<EventId>)> {
+        (0..2)
+            .map(|i| {
+                let state = self.channel.identity(&ident_id(i)).expect("identity");
+                let queue = state.queue().iter().map(|q| q.event_id.clone()).collect();
+                (state.prompts().to_vec(), queue)
+            })
+            .collect()
+    }
+
+    /// A membership of `user` in `room`, to each identity of `to`: judged by the
+    /// world's record of the identity's rooms and by the gate, then checked against
+    /// the core's answer: an allowed sender's invite to a room not joining or joined
+    /// asks for exactly one join, a stranger's or the identity's own is refused, an
+    /// invite acted on already is dropped, another's membership is dropped, the
+    /// identity's own join, leave or ban only changes its rooms.
+    fn membership(&mut self, to: To, room: u8, user: u8, membership: MemberOp, event: bool) {
+        let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
+        let pick = usize::from(user) % (WHO.len() + 1);
+        let shared = event.then(|| self.fresh("m"));
+        for i in Self::targets(to) {
+            let (user, event_id) = match pick {
+                n if n < WHO.len() => (UserId::from(WHO[n]), shared.clone()),
+                // The receiving identity's own bot: each identity's own event.
+                _ => (bot(i), event.then(|| self.fresh("m"))),
+            };
+            let identity = ident_id(i);
+            let membership = match membership {
+                MemberOp::Invited { by } => Membership::Invited {
+                    by: UserId::from(WHO[usize::from(by) % WHO.len()]),
+                },
+                MemberOp::Joined => Membership::Joined,
+                MemberOp::Left => Membership::Left,
+                MemberOp::Banned => Membership::Banned,
+            };
+            // Due timers fire first, so what follows is the membership's doing alone.
+            self.handle(self.now, Input::Tick);
+            let drop = |reason| {
+                vec![Effect::Dropped {
+                    identity: Some(identity.clone()),
+                    event_id: event_id.clone(),
+                    reason,
+                }]
+            };
+            let mut join = false;
+            let expected = if user != bot(i) {
+                self.reached.other_members += 1;
+                drop(DropReason::OtherMember)
+            } else {
+                match &membership {
+                    Membership::Joined => {
+                        self.rooms[i].insert(room.clone(), Member::Joined);
+                        self.joined_late[i].insert(room.clone());
+                        Vec::new()
+                    }
+                    Membership::Left | Membership::Banned => {
+                        // A left room is no prompt room any more.
+                        if self.last_room[i].as_ref() == Some(&room) {
+                            self.last_room[i] = None;
+                        }
+                        self.rooms[i].insert(room.clone(), Member::Left);
+                        Vec::new()
+                    }
+                    Membership::Invited { by } => match self.rooms[i].get(&room) {
+                        Some(Member::Joining(_) | Member::Joined) => {
+                            self.reached.invites_again += 1;
+                            drop(DropReason::AlreadyInvited)
+                        }
+                        _ => match self.configs[i].gate(by) {
+                            Gate::Allowed | Gate::Approver => {
+                                self.rooms[i].insert(room.clone(), Member::Joining(by.clone()));
+                                join = true;
+                                Vec::new()
+                            }
+                            gate => {
+                                self.rooms[i].insert(room.clone(), Member::Invited(by.clone()));
+                                self.reached.invites_refused += 1;
+                                drop(match gate {
+                                    Gate::Own => DropReason::OwnEvent,
+                                    _ => DropReason::Stranger,
+                                })
+                            }
+                        },
+                    },
+                }
+            };
+            let held = self.held();
+            self.joining = join.then(|| (identity.clone(), room.clone()));
+            self.joins = 0;
+            let input = Input::Membership {
+                identity: identity.clone(),
+                room: room.clone(),
+                event_id: event_id.clone(),
+                user: user.clone(),
+                membership: membership.clone(),
+            };
+            let effects = self.handle(self.now, input);
+            self.joining = None;
+            if join {
+                assert!(
+                    effects.len() == 1 && self.joins == 1,
+                    "an allowed sender's invite to {room} did not ask for exactly one join, \
+                     and nothing else: {effects:?}"
+                );
+            } else {
+                assert_eq!(
+                    effects, expected,
+                    "{user}'s membership {membership:?} in {room} for identity {i}"
+                );
+            }
+            assert!(
+                self.held() == held,
+                "a membership changed prompts or queues"
+            );
+        }
+    }
+
+    /// A timeline event that is no input, to each identity of `to`: one `Dropped` (by
+    /// the gate when the sender is known, else as no input), and nothing else.
+    fn not_input(&mut self, to: To, room: u8, sender: u8, event: bool, what: u8) {
+        let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
+        let sender = WHO
+            .get(usize::from(sender) % (WHO.len() + 1))
+            .map(|s| UserId::from(*s));
+        let what = NOT_INPUTS[usize::from(what) % NOT_INPUTS.len()].to_owned();
+        let event_id = event.then(|| self.fresh("x"));
+        for i in Self::targets(to) {
+            // Due timers fire first, so what follows is the event's doing alone.
+            self.handle(self.now, Input::Tick);
+            let reason = match sender.as_ref().map(|s| self.configs[i].gate(s)) {
+                Some(Gate::Own) => DropReason::OwnEvent,
+                Some(Gate::Stranger) => DropReason::Stranger,
+                _ => DropReason::NotInput { what: what.clone() },
+            };
+            let held = self.held();
+            let input = Input::NotInput {
+                identity: ident_id(i),
+                room: room.clone(),
+                event_id: event_id.clone(),
+                sender: sender.clone(),
+                what: what.clone(),
+            };
+            let effects = self.handle(self.now, input);
+            let dropped = Effect::Dropped {
+                identity: Some(ident_id(i)),
+                event_id: event_id.clone(),
+                reason,
+            };
+            assert_eq!(effects, [dropped], "an event that is no input did more");
+            assert!(
+                self.held() == held,
+                "an event that is no input changed something"
+            );
+            self.reached.not_inputs += 1;
+            if sender.is_none() {
+                self.reached.not_inputs_without_sender += 1;
+            }
+        }
+    }
+
+    /// The server restarted: by the world's record, every prompt post in flight is
+    /// issued again with its id (and the same room, request id and text), every other
+    /// effect in flight failed (pushes did not arrive, joins wait for an invite again),
+    /// no session is live until it attaches again, and nothing else happens.
+    fn restarted(&mut self) {
+        // Due timers fire first, so what follows is the restart's doing alone.
+        self.handle(self.now, Input::Tick);
+        let mut posts = BTreeMap::new();
+        let mut failed = Vec::new();
+        for (id, pending) in std::mem::take(&mut self.pending) {
+            match &pending {
+                Pending::Post {
+                    ident,
+                    room,
+                    request_id,
+                    plain,
+                    ..
+                } => {
+                    let post = (*ident, room.clone(), request_id.clone(), plain.clone());
+                    posts.insert(id, post);
+                    self.pending.push((id, pending));
+                }
+                _ => failed.push((id, pending)),
+            }
+        }
+        let mut joins = 0;
+        for (id, pending) in &failed {
+            self.completed.push(*id);
+            match pending {
+                Pending::Push {
+                    session,
+                    event: Some(event),
+                } => {
+                    self.pushed.remove(&(session.clone(), event.clone()));
+                }
+                Pending::Join { ident, room, by } => {
+                    joins += 1;
+                    if self.rooms[*ident].get(room) == Some(&Member::Joining(by.clone())) {
+                        self.rooms[*ident].insert(room.clone(), Member::Invited(by.clone()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.detached_by_restart = SESSIONS.iter().map(|s| SessionId::from(*s)).collect();
+        self.reposting = Some(posts.clone());
+        self.reissued.clear();
+        let effects = self.handle(self.now, Input::Restarted);
+        self.reposting = None;
+        self.reached.restarts += 1;
+        self.reached.failed_by_restart += failed.len();
+        assert_eq!(
+            self.reissued,
+            posts.keys().copied().collect::<BTreeSet<_>>(),
+            "a restart did not issue every post in flight again: {effects:?}"
+        );
+        assert!(
+            self.live_sessions().is_empty(),
+            "a session is live after a restart"
+        );
+        let join_failed = effects
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Effect::Dropped {
+                        reason: DropReason::JoinFailed,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(
+            join_failed, joins,
+            "a restart failed not every join: {effects:?}"
+        );
+        for effect in &effects {
+            // A push failed goes back to the queue (the oldest may leave it), a verdict
+            // send failed for a prompt gone is stale.
+            let fine = match effect {
+                Effect::PostPrompt { .. } => true,
+                Effect::Dropped { reason, .. } => matches!(
+                    reason,
+                    DropReason::JoinFailed | DropReason::StaleOutcome | DropReason::QueueFull
+                ),
+                _ => false,
+            };
+            assert!(fine, "a restart did {effect:?}");
+        }
+    }
+
     fn room_of(&self, target: &EventId) -> RoomId {
         if let Some(p) = self.prompts.iter().find(|p| p.message == *target) {
             return p.room.clone();
@@ -1899,13 +2437,11 @@ impl World {
             origin_server_ts: self.now,
             content,
         };
-        let idents = Self::targets(to);
-        for &i in &idents {
-            if matches!(self.configs[i].gate(&who), Gate::Allowed | Gate::Approver) {
-                self.written_rooms[i].insert(room.clone());
-            }
-        }
-        let inputs = idents
+        let counts_room = message
+            .content
+            .as_ref()
+            .is_some_and(|c| c.msgtype != MsgType::Notice);
+        let inputs = Self::targets(to)
             .into_iter()
             .map(|i| {
                 let input = Input::Message {
@@ -1915,7 +2451,56 @@ impl World {
                 (i, input)
             })
             .collect();
-        self.send(id, who, room, kind, inputs);
+        self.send(id, who, room, kind, counts_room, inputs);
+    }
+
+    /// Whether identity `i` is joined to `room`, by the world's record.
+    fn joined(&self, i: usize, room: &RoomId) -> bool {
+        self.rooms[i].get(room) == Some(&Member::Joined)
+    }
+
+    /// An event of a joined room reaches identity `i`: a message of an allowed sender
+    /// (not a notice, not redacted) makes its room the one last written in.
+    fn arrive(&mut self, i: usize, who: &UserId, room: &RoomId, counts_room: bool) {
+        let allowed = matches!(self.configs[i].gate(who), Gate::Allowed | Gate::Approver);
+        if allowed && counts_room {
+            self.last_room[i] = Some(room.clone());
+        }
+    }
+
+    /// `who` redacts `target` for identity `i`: if it is their own reaction, the vote
+    /// is withdrawn from now on.
+    fn note_withdrawal(&mut self, i: usize, who: &UserId, target: &EventId) {
+        let own_reaction = self.events.iter().any(|e| {
+            e.id == *target
+                && e.who == *who
+                && e.joined.contains(&i)
+                && matches!(e.kind, EvKind::Reaction { .. })
+        });
+        if own_reaction {
+            self.withdrawn
+                .entry((i, target.clone()))
+                .or_insert(self.step);
+        }
+    }
+
+    /// An event of a room identity `i` is not joined to (by the world's record): it
+    /// is dropped as `NotJoined` and nothing else happens.
+    fn not_joined(&mut self, i: usize, id: &EventId, input: Input) {
+        // Due timers fire first, so what follows is the event's doing alone.
+        self.handle(self.now, Input::Tick);
+        let effects = self.handle(self.now, input);
+        let dropped = Effect::Dropped {
+            identity: Some(ident_id(i)),
+            event_id: Some(id.clone()),
+            reason: DropReason::NotJoined,
+        };
+        assert_eq!(
+            effects,
+            [dropped],
+            "{id} of a room identity {i} is not joined to was not only dropped as not joined"
+        );
+        self.reached.not_joined += 1;
     }
 
     /// Records a Matrix event and feeds it to each identity in turn.
@@ -1925,19 +2510,32 @@ impl World {
         who: UserId,
         room: RoomId,
         kind: EvKind,
+        counts_room: bool,
         inputs: Vec<(usize, Input)>,
     ) {
+        let joined: Vec<usize> = inputs
+            .iter()
+            .map(|(i, _)| *i)
+            .filter(|i| self.joined(*i, &room))
+            .collect();
         self.events.push(Ev {
             id: id.clone(),
             to: inputs.iter().map(|(i, _)| *i).collect(),
+            joined: joined.clone(),
+            counts_room,
             who: who.clone(),
-            room,
+            room: room.clone(),
             step: self.step,
             at: self.now,
             kind,
             inputs: inputs.clone(),
         });
         for (i, input) in inputs {
+            if !joined.contains(&i) {
+                self.not_joined(i, &id, input);
+                continue;
+            }
+            self.arrive(i, &who, &room, counts_room);
             let effects = self.handle(self.now, input);
             let expected = match self.configs[i].gate(&who) {
                 Gate::Own => Some(DropReason::OwnEvent),
@@ -1961,6 +2559,11 @@ impl World {
             return;
         }
         let index = usize::from(pick) % self.pending.len();
+        if matches!(self.pending[index].1, Pending::Write | Pending::Join { .. }) {
+            // Due timers first, so what follows is the outcome's doing alone (they
+            // add effects to wait for at the end).
+            self.handle(self.now, Input::Tick);
+        }
         let (id, pending) = self.pending.remove(index);
         self.completed.push(id);
         let outcome = match (&pending, ok) {
@@ -1985,6 +2588,7 @@ impl World {
                     room,
                     issued,
                     plain,
+                    ..
                 },
                 Outcome::Posted { event_id },
             ) => self.prompts.push(PromptRec {
@@ -1994,7 +2598,14 @@ impl World {
                 issued: *issued,
                 plain: plain.clone(),
                 retired: None,
+                reissued: self.reissued_ever.contains(&id),
             }),
+            // The invite is pending again, unless the room moved on meanwhile.
+            (Pending::Join { ident, room, by }, Outcome::Failed { .. })
+                if self.rooms[*ident].get(room) == Some(&Member::Joining(by.clone())) =>
+            {
+                self.rooms[*ident].insert(room.clone(), Member::Invited(by.clone()));
+            }
             (Pending::Verdict { message: Some(m) }, Outcome::Sent) => {
                 let n = self.verdicts_sent.entry(m.clone()).or_insert(0);
                 *n += 1;
@@ -2004,11 +2615,25 @@ impl World {
             _ => {}
         }
         let write = matches!(pending, Pending::Write);
-        if write {
-            // Due timers first, so what follows is the outcome's doing alone.
-            self.handle(self.now, Input::Tick);
-        }
+        let join = match &pending {
+            Pending::Join { ident, .. } => Some(ident_id(*ident)),
+            _ => None,
+        };
+        let failed = matches!(outcome, Outcome::Failed { .. });
         let effects = self.handle(self.now, Input::Completed { id, outcome });
+        if let Some(identity) = join {
+            // A join done waits for the join event; a join failed says so, once.
+            let expected: Vec<Effect> = match failed {
+                false => Vec::new(),
+                true => vec![Effect::Dropped {
+                    identity: Some(identity),
+                    event_id: None,
+                    reason: DropReason::JoinFailed,
+                }],
+            };
+            assert_eq!(effects, expected, "a join's outcome did something else");
+            self.reached.joins_failed += usize::from(failed);
+        }
         if write {
             // The server answers the tool call from the outcome; the core only
             // stops waiting.
@@ -2069,7 +2694,9 @@ impl World {
 
     fn check_effect(&mut self, effect: &Effect, replayed_last: &mut BTreeMap<SessionId, usize>) {
         let now = self.channel.now();
-        if let Some(id) = effect_id(effect) {
+        // A restart issues the posts in flight again, with their ids.
+        let reissue = self.reposting.is_some() && matches!(effect, Effect::PostPrompt { .. });
+        if let Some(id) = effect_id(effect).filter(|_| !reissue) {
             assert!(
                 self.last_effect_id.is_none_or(|last| id.0 > last),
                 "effect id {id} not fresh"
@@ -2095,6 +2722,10 @@ impl World {
                     "push to a session never attached"
                 );
                 assert!(self.was_live(session), "push to a session that is not live");
+                assert!(
+                    !self.detached_by_restart.contains(session),
+                    "push to a session no attach made live since the restart"
+                );
                 check_notification(notification);
                 let meta = &notification.meta;
                 let kind = meta.get(MetaKey::Kind).unwrap_or_default();
@@ -2111,6 +2742,14 @@ impl World {
                             ev.to.contains(&ident),
                             "{e} pushed to an identity it never reached"
                         );
+                        assert!(
+                            ev.joined.contains(&ident),
+                            "{e} pushed, which came while identity {ident} was not joined to {}",
+                            ev.room
+                        );
+                        if self.joined_late[ident].contains(&ev.room) {
+                            self.reached.pushes_after_join += 1;
+                        }
                         let gate = self.configs[ident].gate(&ev.who);
                         assert!(
                             matches!(gate, Gate::Allowed | Gate::Approver),
@@ -2161,9 +2800,14 @@ impl World {
                                 !self.acked.contains(&(ident, e.clone())),
                                 "an acknowledged event was replayed: {e}"
                             );
-                            let last = replayed_last.insert(session.clone(), ev.step);
+                            let step = self
+                                .rearrived
+                                .get(&(ident, e.clone()))
+                                .copied()
+                                .unwrap_or(ev.step);
+                            let last = replayed_last.insert(session.clone(), step);
                             assert!(
-                                last.is_none_or(|l| l < ev.step),
+                                last.is_none_or(|l| l < step),
                                 "replay out of arrival order at {e}"
                             );
                         }
@@ -2187,14 +2831,43 @@ impl World {
                 room,
                 request_id,
                 text,
+            } if reissue => {
+                let posts = self.reposting.as_ref().expect("a restart");
+                let (ident, posted_room, posted_id, plain) = posts
+                    .get(id)
+                    .unwrap_or_else(|| panic!("a restart posted {id}, which was not in flight"))
+                    .clone();
+                assert_eq!(
+                    ident_index(identity),
+                    ident,
+                    "a post issued again elsewhere"
+                );
+                assert_eq!(*room, posted_room, "a post issued again in another room");
+                assert_eq!(*request_id, posted_id, "a post issued again for another id");
+                assert_eq!(text.plain, plain, "a post issued again with another text");
+                assert!(self.reissued.insert(*id), "a post issued again twice");
+                self.reissued_ever.insert(*id);
+                self.reached.reposts += 1;
+            }
+            Effect::PostPrompt {
+                id,
+                identity,
+                room,
+                request_id,
+                text,
             } => {
                 let ident = ident_index(identity);
                 match &self.configs[ident].permission_room {
                     Some(fixed) => assert_eq!(room, fixed, "prompt outside the permission room"),
-                    None => assert!(
-                        self.written_rooms[ident].contains(room),
-                        "prompt posted to {room}, where no allowed sender wrote"
+                    None => assert_eq!(
+                        Some(room),
+                        self.last_room[ident].as_ref(),
+                        "prompt posted to {room}, not the room an allowed sender last wrote in \
+                         while the identity was joined to it"
                     ),
+                }
+                if !self.joined(ident, room) {
+                    self.reached.posts_to_rooms_not_joined += 1;
                 }
                 let state = self.channel.identity(identity).expect("identity");
                 let prompt = state
@@ -2215,6 +2888,7 @@ impl World {
                     Pending::Post {
                         ident,
                         room: room.clone(),
+                        request_id: request_id.clone(),
                         issued: now,
                         plain: text.plain.clone(),
                     },
@@ -2235,6 +2909,10 @@ impl World {
                 assert!(
                     self.was_live(session),
                     "verdict to a session that is not live"
+                );
+                assert!(
+                    !self.detached_by_restart.contains(session),
+                    "verdict to a session no attach made live since the restart"
                 );
                 let state = self.channel.identity(identity).expect("identity");
                 let delivering = state
@@ -2322,8 +3000,6 @@ impl World {
                 );
                 self.answers += 1;
             }
-            // The world joins its rooms before the first op and sends no invite.
-            Effect::JoinRoom { room, .. } => panic!("a join of {room} though nobody invited"),
             Effect::LogMessage {
                 identity,
                 session,
@@ -2336,6 +3012,27 @@ impl World {
                 );
                 assert!(!message.is_empty());
                 self.reached.invalid_requests += 1;
+            }
+            Effect::JoinRoom { id, identity, room } => {
+                assert_eq!(
+                    self.joining.as_ref(),
+                    Some(&(identity.clone(), room.clone())),
+                    "a join no allowed sender's invite asked for: {effect:?}"
+                );
+                self.joins += 1;
+                self.reached.joins += 1;
+                let ident = ident_index(identity);
+                let Some(Member::Joining(by)) = self.rooms[ident].get(room).cloned() else {
+                    unreachable!("the world records the room as joining first")
+                };
+                self.pending.push((
+                    *id,
+                    Pending::Join {
+                        ident,
+                        room: room.clone(),
+                        by,
+                    },
+                ));
             }
             Effect::Dropped { reason, .. } => {
                 if *reason == DropReason::ReplyNotToPrompt {
@@ -2397,6 +3094,9 @@ impl World {
             .expect("a verdict on a message never posted")
             .clone();
         assert_eq!(prompt.ident, ident);
+        if prompt.reissued {
+            self.reached.reposts_decided += 1;
+        }
         // A late tick may take a verdict after the expiry instant (a settle window
         // that ended in time is still weighed), but the deciding answer itself must
         // have come before the prompt expired.
@@ -2411,6 +3111,7 @@ impl World {
             .filter(|e| {
                 e.to.contains(&ident)
                     && e.step < step
+                    && e.joined.contains(&ident)
                     && self.configs[ident].gate(&e.who) == Gate::Approver
                     && matches!(&e.kind, EvKind::Reaction { target, key }
                         if *target == message && self.keys.classify(key).is_some())
@@ -2426,6 +3127,12 @@ impl World {
                     .expect("a text verdict from no message");
                 assert_eq!(ev.who, decision.by);
                 assert!(ev.to.contains(&ident));
+                assert!(
+                    ev.joined.contains(&ident),
+                    "a text verdict from {event_id}, which came while the identity was not \
+                     joined to {}",
+                    ev.room
+                );
                 assert!(ev.at < expiry, "an answer after the expiry decided");
                 // A reply names what it answers.
                 if let EvKind::Message {
@@ -2453,6 +3160,12 @@ impl World {
                     .find(|e| e.id == *event_id)
                     .expect("a reaction verdict from no event");
                 assert_eq!(ev.who, decision.by);
+                assert!(
+                    ev.joined.contains(&ident),
+                    "a reaction verdict from {event_id}, which came while the identity was not \
+                     joined to {}",
+                    ev.room
+                );
                 assert!(ev.at < expiry, "a vote after the expiry decided");
                 if let EvKind::Reaction { target, .. } = &ev.kind {
                     assert_eq!(*target, message, "a vote on another event decided");
@@ -2522,7 +3235,46 @@ impl World {
                     );
                 }
             }
+            let rooms: BTreeMap<RoomId, RoomState> = self.rooms[i]
+                .iter()
+                .map(|(room, m)| (room.clone(), m.state()))
+                .collect();
+            assert_eq!(
+                *state.rooms(),
+                rooms,
+                "identity {i}'s rooms are not the world's record"
+            );
+            assert_eq!(
+                state.last_room(),
+                self.last_room[i].as_ref(),
+                "identity {i}'s last room is not the room an allowed sender last wrote in \
+                 while it was joined"
+            );
+            for prompt in state.prompts() {
+                if let Phase::Settling { votes, .. } = &prompt.phase {
+                    for (id, _) in votes {
+                        let ev = self
+                            .events
+                            .iter()
+                            .find(|e| e.id == *id)
+                            .unwrap_or_else(|| panic!("a vote from {id}, which nobody sent"));
+                        assert!(
+                            ev.joined.contains(&i),
+                            "a vote from {id}, which came while identity {i} was not joined \
+                             to {}",
+                            ev.room
+                        );
+                    }
+                }
+            }
         }
+        let mut pending: Vec<EffectId> = self.pending.iter().map(|(id, _)| *id).collect();
+        pending.sort();
+        assert_eq!(
+            self.channel.in_flight_ids(),
+            pending,
+            "the effects in flight are not the ones the world is waiting for"
+        );
     }
 }
 
@@ -2687,6 +3439,35 @@ mod tests {
             Op::Write {
                 ident: 0,
                 write: WriteOp::Invite { room: 1, who: 2 },
+            },
+            Op::Membership {
+                to: To::Both,
+                room: 3,
+                user: 5,
+                membership: MemberOp::Invited { by: 2 },
+                event: true,
+            },
+            Op::Membership {
+                to: To::B,
+                room: 7,
+                user: 0,
+                membership: MemberOp::Banned,
+                event: false,
+            },
+            Op::NotInput {
+                to: To::A,
+                room: 1,
+                sender: 9,
+                event: false,
+                what: 4,
+            },
+            Op::Restarted,
+            Op::NotInput {
+                to: To::B,
+                room: 0,
+                sender: 2,
+                event: true,
+                what: 0,
             },
         ];
         assert_eq!(decode(&encode(&ops)), ops);

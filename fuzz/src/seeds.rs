@@ -6,7 +6,7 @@
 //! the event files); without the variable the tests check that the core seeds still
 //! reach what they were written for.
 
-use crate::core_ops::{Body, Op, Part, Ref, Rel, To, Txt, WriteOp};
+use crate::core_ops::{Body, MemberOp, Op, Part, Ref, Rel, To, Txt, WriteOp};
 use crate::{core_ops, encode_string};
 
 /// Element's reply fallback around a prompt answer.
@@ -351,8 +351,39 @@ fn edit(target: Ref, sender: u8, body: u8) -> Op {
     })
 }
 
+/// `user` of a membership: the receiving identity's own bot.
+const OWN: u8 = 5;
+
+/// A membership event of `user` in `room`.
+fn member(to: To, room: u8, user: u8, membership: MemberOp) -> Op {
+    Op::Membership {
+        to,
+        room,
+        user,
+        membership,
+        event: true,
+    }
+}
+
+/// An invite of the receiving identity's bot to `room` by `by`.
+fn invite(to: To, room: u8, by: u8) -> Op {
+    member(to, room, OWN, MemberOp::Invited { by })
+}
+
+/// An event that is no input; `sender` 5 is none readable.
+fn not_input(to: To, room: u8, sender: u8, event: bool, what: u8) -> Op {
+    Op::NotInput {
+        to,
+        room,
+        sender,
+        event,
+        what,
+    }
+}
+
 // Cast indices: who 0 Ann, 1 Carl, 2 Eve, 3 bot A, 4 bot B; sessions 0 S1, 1 S2 (A),
-// 2 S3 (B); rooms 0 !r1, 1 !r2, 2 !rb; request ids 0 abcde, 1 fghij, 2 kmnop. Table
+// 2 S3 (B); rooms 0 !r1, 1 !r2, 2 !rb (both identities joined at the start), 3 !r4
+// (nobody); request ids 0 abcde, 1 fghij, 2 kmnop. Table
 // texts (`SAID`): 0 innocent, 1 `abcde`, 2 `FGHIJ`, 3 `a\u{200B}bcde`, 4 full-width
 // `kmnop`, 5 `<b>ab</b>cde`, 6 `**fgh**ij`, 7 near misses, 8 an imitation of a
 // `kmnop` prompt, 11 `<code>kmnop</code>`, 12 `ok`.
@@ -776,6 +807,131 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            // Carl (allowed) invites A to !r4: one join. What the timeline shows
+            // before the join event is history, dropped; the invite again is acted on
+            // already; after the join Carl's message is pushed and makes !r4 the
+            // prompt room, where Ann answers.
+            "invite-joined-history-dropped",
+            vec![
+                attach(0),
+                invite(a, 3, 1),
+                chat(a, 0, 3, 0),
+                react(a, 0, Ref::event(0), 0),
+                Op::Redaction {
+                    to: a,
+                    who: 0,
+                    target: Ref::event(0),
+                },
+                ok(),
+                member(a, 3, OWN, MemberOp::Joined),
+                invite(a, 3, 0),
+                chat(a, 1, 3, 3),
+                ok(),
+                request(0, 0),
+                ok(),
+                msg(a, 0, 3, Body::Yes(0), Rel::None),
+                ok(),
+            ],
+        ),
+        (
+            // Eve's invite (a stranger's) and A's own are refused, Carl's to B too
+            // (no sender of B's); others' memberships are dropped. Ann's invite is
+            // joined (Carl's while joining is acted on already), the join fails and is
+            // tried again on the invite reported again;
+            // after a leave and a ban the rooms' events are dropped again. Events that
+            // are no input are dropped by the gate or as no input.
+            "stranger-invite-refused-leave-and-not-input",
+            vec![
+                attach(0),
+                invite(a, 3, 2),
+                chat(a, 0, 3, 0),
+                invite(a, 3, 3),
+                invite(To::B, 3, 1),
+                member(a, 3, 0, MemberOp::Joined),
+                member(To::Both, 3, 3, MemberOp::Invited { by: 0 }),
+                invite(a, 3, 1),
+                fail(),
+                Op::Membership {
+                    to: a,
+                    room: 3,
+                    user: OWN,
+                    membership: MemberOp::Invited { by: 0 },
+                    event: false,
+                },
+                ok(),
+                member(a, 3, OWN, MemberOp::Joined),
+                chat(a, 0, 3, 0),
+                ok(),
+                member(a, 3, OWN, MemberOp::Left),
+                chat(a, 0, 3, 1),
+                member(a, 0, OWN, MemberOp::Banned),
+                chat(a, 1, 0, 0),
+                react(To::Both, 0, Ref::event(0), 0),
+                not_input(a, 0, 0, true, 0),
+                not_input(To::Both, 1, 2, true, 1),
+                not_input(a, 1, 3, true, 2),
+                not_input(To::B, 2, 5, false, 4),
+                not_input(a, 3, 5, true, 3),
+            ],
+        ),
+        (
+            // A restart while a prompt post, two pushes, a write and a join are in
+            // flight: the post is issued again with its id, the rest fail, no session
+            // is live. The prompt posted then is answered after the session attaches
+            // again; a verdict send cut by a second restart is sent again on attach;
+            // a post of a prompt that expired meanwhile is issued again and shows the
+            // expiry.
+            "restart-reposts-and-resends",
+            vec![
+                attach(0),
+                attach(1),
+                chat(a, 0, 0, 0),
+                request(0, 0),
+                say(0, 0),
+                invite(a, 3, 0),
+                Op::Restarted,
+                attach(0),
+                ok(),
+                msg(a, 0, 0, Body::Yes(0), Rel::None),
+                ok(),
+                ok(),
+                request(0, 1),
+                ok(),
+                msg(a, 0, 0, Body::No(1), Rel::None),
+                Op::Restarted,
+                attach(0),
+                ok(),
+                request(0, 2),
+                Op::Advance { ms: 10_001 },
+                Op::ToDeadline { before: false },
+                Op::Restarted,
+                Op::Restarted,
+                ok(),
+                Op::Stale { pick: 3 },
+            ],
+        ),
+        (
+            // Known gap (`core_ops::HISTORY_REDELIVERED_IS_INPUT`): Ann's message from
+            // before B's join, delivered again after it, is taken as new and pushed;
+            // so is one A got while it had left !r1, after it joined again.
+            "history-redelivered-after-join",
+            vec![
+                attach(2),
+                chat(To::B, 0, 3, 0),
+                invite(To::B, 3, 0),
+                ok(),
+                member(To::B, 3, OWN, MemberOp::Joined),
+                Op::Redeliver { pick: 0 },
+                ok(),
+                attach(0),
+                member(a, 0, OWN, MemberOp::Left),
+                chat(a, 0, 0, 0),
+                member(a, 0, OWN, MemberOp::Joined),
+                Op::Redeliver { pick: 0 },
+                ok(),
+            ],
+        ),
+        (
             "cap-eviction-and-supersede",
             vec![
                 attach(0),
@@ -829,7 +985,7 @@ mod tests {
     use std::path::Path;
 
     #[test]
-    fn the_core_seeds_reach_verdicts_replays_edits_expiry_and_the_agents_writes() {
+    fn the_core_seeds_reach_verdicts_replays_edits_expiry_the_agents_writes_rooms_and_restarts() {
         let mut total = Reached::default();
         for (name, ops) in core() {
             assert_eq!(decode(&core_ops::encode(&ops)), ops, "{name}");
@@ -857,6 +1013,19 @@ mod tests {
             ("writes for an unknown identity", total.refused_unknown),
             ("reply-to-chat verdicts", total.replies_not_to_prompt),
             ("unreadable permission requests", total.invalid_requests),
+            ("joins on an invite", total.joins),
+            ("failed joins", total.joins_failed),
+            ("refused invites", total.invites_refused),
+            ("invites acted on already", total.invites_again),
+            ("others' memberships", total.other_members),
+            ("events of rooms not joined", total.not_joined),
+            ("pushes after a join", total.pushes_after_join),
+            ("events that are no input", total.not_inputs),
+            ("events without a sender", total.not_inputs_without_sender),
+            ("restarts", total.restarts),
+            ("effects failed by a restart", total.failed_by_restart),
+            ("posts issued again", total.reposts),
+            ("prompts posted again and decided", total.reposts_decided),
         ] {
             assert!(n > 0, "no seed reaches {what}");
         }

@@ -55,7 +55,16 @@ pub struct IdentityState {
     /// Only events of a room in `Joined` are input.
     #[serde(default)]
     rooms: BTreeMap<RoomId, RoomState>,
+    /// Events dropped as `NotJoined`, oldest first, at most [`HISTORY_MEMORY`]: a sync
+    /// that delivers them again after the join (a response replayed after a crash)
+    /// must not make history input.
+    #[serde(default)]
+    history: VecDeque<EventId>,
 }
+
+/// How many events dropped as history (`NotJoined`) each identity remembers. A sync
+/// response carries at most its timeline limit per room (50 in the server's filter).
+pub const HISTORY_MEMORY: usize = 1_000;
 
 /// The identity's membership of one room, as the core knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -607,6 +616,7 @@ impl IdentityState {
             queue: VecDeque::new(),
             retired_prompts: VecDeque::new(),
             rooms: BTreeMap::new(),
+            history: VecDeque::new(),
         }
     }
 
@@ -617,6 +627,22 @@ impl IdentityState {
 
     fn is_joined(&self, room: &RoomId) -> bool {
         self.rooms.get(room) == Some(&RoomState::Joined)
+    }
+
+    /// Whether the event is input by its room: the room is joined now and the event
+    /// did not arrive before the join (history delivered again after it). An event
+    /// that is not is remembered as history, once.
+    fn is_history(&mut self, room: &RoomId, event_id: &EventId) -> bool {
+        if self.is_joined(room) && !self.history.contains(event_id) {
+            return false;
+        }
+        if !self.history.contains(event_id) {
+            self.history.push_back(event_id.clone());
+            if self.history.len() > HISTORY_MEMORY {
+                self.history.pop_front();
+            }
+        }
+        true
     }
 
     /// The operator's settings.
@@ -954,7 +980,7 @@ impl IdentityState {
     // ----- Matrix events --------------------------------------------------------
 
     fn on_message(&mut self, message: Message, out: &mut Out<'_>) {
-        if !self.is_joined(&message.room) {
+        if self.is_history(&message.room, &message.event_id) {
             return out.drop(Some(&message.event_id), DropReason::NotJoined);
         }
         let gate = self.config.gate(&message.sender);
@@ -1040,7 +1066,7 @@ impl IdentityState {
     }
 
     fn on_reaction(&mut self, reaction: Reaction, out: &mut Out<'_>) {
-        if !self.is_joined(&reaction.room) {
+        if self.is_history(&reaction.room, &reaction.event_id) {
             return out.drop(Some(&reaction.event_id), DropReason::NotJoined);
         }
         let gate = self.config.gate(&reaction.sender);
@@ -1109,7 +1135,7 @@ impl IdentityState {
     }
 
     fn on_redaction(&mut self, redaction: Redaction, out: &mut Out<'_>) {
-        if !self.is_joined(&redaction.room) {
+        if self.is_history(&redaction.room, &redaction.event_id) {
             return out.drop(Some(&redaction.event_id), DropReason::NotJoined);
         }
         match self.config.gate(&redaction.sender) {
@@ -1228,6 +1254,10 @@ impl IdentityState {
                 return;
             }
             Membership::Left | Membership::Banned => {
+                // A prompt posted there could not be seen nor answered.
+                if self.last_room.as_ref() == Some(&room) {
+                    self.last_room = None;
+                }
                 self.rooms.insert(room, RoomState::Left);
                 return;
             }

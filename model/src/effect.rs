@@ -226,7 +226,8 @@ pub enum DropReason {
     /// The agent would leave a room where one of its prompts waits.
     LeavesPromptRoom,
     /// An event of a room the identity is not joined to when the event comes in the
-    /// room's timeline: history from before its join, or after it left.
+    /// room's timeline: history from before its join (also when a sync delivers it
+    /// again after the join), or after it left.
     NotJoined,
     /// An `m.room.member` event of someone other than the identity.
     OtherMember,

@@ -53,6 +53,7 @@ pub use crate::agent::{AgentText, AgentWrite};
 pub use crate::config::{ConfigError, Gate, IdentityConfig};
 pub use crate::core::{
     Channel, IdentityState, LogEntry, Phase, Prompt, Queued, Record, RoomState, SessionState, Vote,
+    HISTORY_MEMORY,
 };
 pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,

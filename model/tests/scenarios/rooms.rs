@@ -213,3 +213,71 @@ fn an_event_that_is_no_input_is_dropped_after_the_gate() {
     );
     assert!(w.state().log_entry(&ev("$a")).is_none(), "never logged");
 }
+
+#[test]
+fn history_delivered_again_after_the_join_is_still_history() {
+    // A sync response replayed after a crash delivers the room's history again, now
+    // that the identity is joined: it stays history.
+    let mut w = World::new();
+    w.attach(S1);
+    invited_by(&mut w, ALICE);
+    let history = w.text(ALICE, NEW, "said before the bot joined");
+    w.send(history.clone());
+    w.drive();
+    member(&mut w, BOT, Membership::Joined);
+    w.mark();
+
+    w.send(history.clone());
+    w.drive();
+
+    assert_eq!(w.trace(), [format!("drop {} NotJoined", history.event_id)]);
+    assert!(w.pushes(S1).is_empty());
+    assert_ne!(w.state().last_room(), Some(&room(NEW)));
+}
+
+#[test]
+fn a_room_the_identity_left_is_no_longer_where_prompts_go() {
+    let mut w = World::new();
+    w.attach(S1);
+    member(&mut w, BOT, Membership::Joined);
+    w.say(ALICE, NEW, "hello");
+    w.drive();
+    assert_eq!(w.state().last_room(), Some(&room(NEW)));
+    member(&mut w, BOT, Membership::Left);
+    w.mark();
+
+    w.ask(S1, "abcde");
+    w.drive();
+
+    assert_eq!(w.trace(), ["drop - NoPromptRoom"]);
+    assert_eq!(w.state().last_room(), None);
+}
+
+#[test]
+fn history_is_remembered_up_to_its_bound_oldest_forgotten_first() {
+    let mut w = World::new();
+    w.attach(S1);
+    let old: Vec<mc_model::Message> = (0..=mc_model::HISTORY_MEMORY)
+        .map(|i| w.text(ALICE, NEW, &format!("history {i}")))
+        .collect();
+    for m in &old {
+        w.send(m.clone());
+    }
+    w.drive();
+    member(&mut w, BOT, Membership::Joined);
+    w.mark();
+
+    // The oldest was forgotten: delivered again, it is taken as new; the next one
+    // is still remembered as history.
+    w.send(old[0].clone());
+    w.send(old[1].clone());
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("push s1 {} message \"history 0\"", old[0].event_id),
+            format!("drop {} NotJoined", old[1].event_id),
+        ]
+    );
+}
