@@ -281,3 +281,12 @@ fn history_is_remembered_up_to_its_bound_oldest_forgotten_first() {
         ]
     );
 }
+
+#[test]
+fn an_invite_by_the_identity_itself_is_not_joined_and_says_so() {
+    let mut w = World::new();
+    w.mark();
+    invited_by(&mut w, BOT);
+    assert_eq!(w.trace(), ["drop $j1 OwnEvent"]);
+    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(BOT) }));
+}
