@@ -339,6 +339,9 @@ impl McpServer {
                     event_id: ev.clone(),
                 })
                 .map_err(upstream)?;
+            // A read for the tool's answer, not a decision: the model took the
+            // acknowledgement above (or dropped it, visibly). Answering from an
+            // effect instead is open (issue 11, A9).
             let known = self
                 .app
                 .engine
