@@ -117,6 +117,10 @@ enum Command {
         write: Box<AgentWrite>,
         answer: oneshot::Sender<WriteAnswer>,
     },
+    Acknowledge {
+        input: Box<Input>,
+        answer: oneshot::Sender<bool>,
+    },
 }
 
 /// A handle to the engine task; cheap to clone.
@@ -148,6 +152,32 @@ impl EngineHandle {
             .send(Command::Write {
                 identity,
                 write: Box::new(write),
+                answer,
+            })
+            .map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+
+    /// Hands an [`Input::Acknowledge`] to the model and answers from its transition:
+    /// `true` when the model took it, `false` when it dropped it (an event never
+    /// pushed or queued for the identity, a session that is not the identity's).
+    /// The tool answers from this, never from the model's state.
+    /// Errors: the engine has stopped.
+    pub async fn acknowledge(
+        &self,
+        identity: IdentityId,
+        session: Option<SessionId>,
+        event_id: EventId,
+    ) -> Result<bool, EngineStopped> {
+        let (answer, rx) = oneshot::channel();
+        let input = Input::Acknowledge {
+            identity,
+            session,
+            event_id,
+        };
+        self.tx
+            .send(Command::Acknowledge {
+                input: Box::new(input),
                 answer,
             })
             .map_err(|_| EngineStopped)?;
@@ -283,7 +313,13 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 _ = tokio::time::sleep(sleep) => Command::Input(Box::new(Input::Tick)),
             };
             match command {
-                Command::Input(input) => self.step(*input).await,
+                Command::Input(input) => {
+                    self.step(*input).await;
+                }
+                Command::Acknowledge { input, answer } => {
+                    let dropped = self.step(*input).await;
+                    let _ = answer.send(!dropped);
+                }
                 Command::Read(f) => f(&self.channel),
                 Command::Write {
                     identity,
@@ -305,19 +341,24 @@ impl<W: Wire, P: Persist> Engine<W, P> {
     }
 
     /// Handles one input and everything it causes: outcomes of effects executed
-    /// inline are handled before the next input.
-    async fn step(&mut self, input: Input) {
+    /// inline are handled before the next input. Returns whether the input's own
+    /// transition dropped it (an `Effect::Dropped` among its effects).
+    async fn step(&mut self, input: Input) -> bool {
         let mut pending = std::collections::VecDeque::from([input]);
+        let mut first = None;
         while let Some(input) = pending.pop_front() {
             tracing::debug!(?input, "input");
             let effects = self.channel.handle((self.clock)(), input);
             self.persist.save(&self.channel);
+            first
+                .get_or_insert_with(|| effects.iter().any(|e| matches!(e, Effect::Dropped { .. })));
             for effect in effects {
                 if let Some(outcome) = self.execute(effect).await {
                     pending.push_back(outcome);
                 }
             }
         }
+        first.unwrap_or(false)
     }
 
     /// Executes one effect. Notifications are written inline, in order (pushes to a
@@ -888,6 +929,29 @@ mod tests {
             relates_to: EventId(event_id.into()),
             key: "👍".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn an_acknowledgement_is_answered_from_its_transition() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hi")).unwrap();
+        settle(&engine).await;
+        let ack = |session: Option<&str>, event: &str| {
+            engine.acknowledge(
+                id(),
+                session.map(|s| SessionId(s.into())),
+                EventId(event.into()),
+            )
+        };
+        assert!(ack(Some("s1"), "$m1").await.unwrap(), "a pushed event");
+        assert!(ack(None, "$m1").await.unwrap(), "again, through the tools");
+        assert!(!ack(None, "$never").await.unwrap(), "never pushed: dropped");
+        assert!(
+            !ack(Some("s9"), "$m1").await.unwrap(),
+            "not the identity's session: dropped"
+        );
     }
 
     #[tokio::test]

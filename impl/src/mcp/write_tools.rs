@@ -12,7 +12,7 @@ use crate::write::{joined, markdown_text, matrix_error, upstream, ToolError};
 use matrix_sdk::ruma::events::room::message::RoomMessageEventContentWithoutRelation;
 use matrix_sdk::ruma::{OwnedEventId, OwnedUserId, TransactionId};
 use matrix_sdk::Room;
-use mc_model::{AgentWrite, EventId, IdentityId, Input, RoomId, SessionId, UserId};
+use mc_model::{AgentWrite, EventId, IdentityId, RoomId, SessionId, UserId};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::schemars::{self, JsonSchema};
@@ -331,28 +331,11 @@ impl McpServer {
             let event_id = parse_event(&args.event_id)?;
             let id = IdentityId(identity.name.clone());
             let ev = model_event(&event_id);
-            self.app
-                .engine
-                .submit(Input::Acknowledge {
-                    identity: id.clone(),
-                    session,
-                    event_id: ev.clone(),
-                })
-                .map_err(upstream)?;
-            // A read for the tool's answer, not a decision: the model took the
-            // acknowledgement above (or dropped it, visibly). Answering from an
-            // effect instead is open (issue 11, A9).
+            // The answer comes from the model's transition: dropped or taken.
             let known = self
                 .app
                 .engine
-                .read(move |c| {
-                    c.identity(&id).is_some_and(|s| {
-                        matches!(
-                            s.log_entry(&ev).map(|e| &e.record),
-                            Some(mc_model::Record::Pushed { acked: true, .. })
-                        )
-                    })
-                })
+                .acknowledge(id, session, ev)
                 .await
                 .map_err(upstream)?;
             let mut receipt = false;
