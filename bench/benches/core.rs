@@ -345,6 +345,7 @@ fn model_check(scope: Scope, bounded: bool) -> CheckRun {
     let name = match scope {
         Scope::Delivery => "delivery",
         Scope::Prompts => "prompts",
+        Scope::Rooms => "rooms",
     };
     let mut builder = World::new(scope).checker().threads(2);
     if bounded {

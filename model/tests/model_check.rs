@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 /// world that changes these numbers must say why in its commit.
 const PINNED_DELIVERY: usize = 278_842;
 const PINNED_PROMPTS: usize = 590_051;
+const PINNED_ROOMS: usize = 68_637;
 
 fn full_check_enabled() -> bool {
     std::env::var_os("MC_FULL_CHECK").is_some_and(|v| v == "1")
@@ -64,16 +65,23 @@ fn the_prompts_scope_holds_every_invariant_over_its_full_search() {
 }
 
 #[test]
-fn the_two_scopes_together_witness_every_sometimes_property() {
+fn the_rooms_scope_holds_every_invariant_over_its_full_search() {
+    if full_check_enabled() {
+        full_check(Scope::Rooms, PINNED_ROOMS);
+    }
+}
+
+#[test]
+fn the_three_scopes_together_witness_every_sometimes_property() {
     let all: BTreeSet<&str> = World::new(Scope::Delivery)
         .properties()
         .iter()
         .filter(|p| p.expectation == Expectation::Sometimes)
         .map(|p| p.name)
         .collect();
-    let covered: BTreeSet<&str> = witnesses(Scope::Delivery)
-        .union(&witnesses(Scope::Prompts))
-        .copied()
+    let covered: BTreeSet<&str> = [Scope::Delivery, Scope::Prompts, Scope::Rooms]
+        .into_iter()
+        .flat_map(witnesses)
         .collect();
     assert_eq!(covered, all);
 }
@@ -102,7 +110,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 }
 
 /// Each invariant, the fault that breaks it, and the scope where that shows.
-const FAULTS: [(&str, Fault, Scope); 26] = [
+const FAULTS: [(&str, Fault, Scope); 34] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -181,6 +189,38 @@ const FAULTS: [(&str, Fault, Scope); 26] = [
         Scope::Prompts,
     ),
     (names::HELD_BY_FORMER, Fault::StaleApprovers, Scope::Prompts),
+    (
+        names::STRANGER_JOINED,
+        Fault::InviterByDisplayName,
+        Scope::Rooms,
+    ),
+    (
+        names::INVITE_NOT_JOINED,
+        Fault::InviterIsInvitee,
+        Scope::Rooms,
+    ),
+    (names::JOINED_TWICE, Fault::MisreportJoins, Scope::Rooms),
+    (
+        names::NOT_JOINED_INPUT,
+        Fault::StaleJoinedRoom,
+        Scope::Rooms,
+    ),
+    (
+        names::HISTORY_INPUT,
+        Fault::ForgetHistoryAtRestart,
+        Scope::Rooms,
+    ),
+    (
+        names::POST_NOT_REISSUED,
+        Fault::FailPostsAtRestart,
+        Scope::Rooms,
+    ),
+    (
+        names::VERDICT_NOT_RESENT,
+        Fault::VerdictsSentAtRestart,
+        Scope::Rooms,
+    ),
+    (names::PUSH_TO_AWAY, Fault::SilentRestart, Scope::Rooms),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
@@ -238,4 +278,12 @@ fault_tests! {
     a_wrongly_fetched_original_sender_refuses_the_agents_own_edit => 23;
     a_lost_reply_relation_lets_a_reply_to_chat_answer_a_prompt => 24;
     settings_that_never_reach_the_core_hold_a_yes_back_for_a_former_approver => 25;
+    an_inviter_read_from_the_display_name_gets_a_strangers_invite_joined => 26;
+    an_inviter_read_from_the_state_key_leaves_an_allowed_senders_invite_unjoined => 27;
+    a_join_reported_failed_is_joined_again => 28;
+    a_store_that_says_a_room_is_joined_gets_its_events_pushed => 29;
+    a_state_saved_without_its_history_lets_history_delivered_again_be_pushed => 30;
+    posts_reported_failed_at_a_restart_are_not_issued_again => 31;
+    verdict_sends_reported_sent_at_a_restart_never_reach_the_session => 32;
+    a_restart_the_core_is_not_told_of_lets_pushes_go_to_dead_streams => 33;
 }

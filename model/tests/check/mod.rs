@@ -210,6 +210,51 @@ pub enum Action {
     Reconfigure {
         swapped: bool,
     },
+    /// `who` invites identity A to `!r3:a` (fixed event ids: a repeat is the invite
+    /// reported again, as the server does when it starts).
+    Invite {
+        who: Who,
+    },
+    /// Identity A's own membership of its room `room` (0 `!r1:a`, 2 `!r3:a`) changes.
+    Member {
+        room: u8,
+        own: Own,
+    },
+    /// A held join completes (or fails).
+    CompleteJoin {
+        join: EffectId,
+        ok: bool,
+    },
+    /// A held prompt post completes: Matrix gives it an event id.
+    CompletePost {
+        post: EffectId,
+    },
+    /// Sync delivers a message (by index) again, with its event id (a response
+    /// replayed after a crash).
+    Redeliver {
+        message: usize,
+    },
+    /// The server restarts (`Input::Restarted`): what the old process had in flight
+    /// and its sessions' streams are gone.
+    Restart,
+}
+
+/// Identity A's own membership event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Own {
+    Joined,
+    Left,
+    Banned,
+}
+
+impl Own {
+    fn membership(self) -> Membership {
+        match self {
+            Own::Joined => Membership::Joined,
+            Own::Left => Membership::Left,
+            Own::Banned => Membership::Banned,
+        }
+    }
 }
 
 /// Events that only the monitor looks at.
@@ -289,6 +334,23 @@ pub enum Fault {
     LoseReplyRelations,
     /// The operator's new settings never reach the core: it keeps the old approvers.
     StaleApprovers,
+    /// The server takes an invite's inviter from the display name, so Eve's invite
+    /// reads as Ann's.
+    InviterByDisplayName,
+    /// The adapter takes an invite's inviter from its `state_key` (the invitee).
+    InviterIsInvitee,
+    /// The server reports a join that succeeded as failed.
+    MisreportJoins,
+    /// The server's store says A is joined to `!r3:a` (it is not).
+    StaleJoinedRoom,
+    /// The server restarts from a state saved without the history memory.
+    ForgetHistoryAtRestart,
+    /// The server reports the prompt posts in flight as failed when it restarts.
+    FailPostsAtRestart,
+    /// The server reports the verdict sends in flight as sent when it restarts.
+    VerdictsSentAtRestart,
+    /// The server restarts without telling the core (no `Input::Restarted`).
+    SilentRestart,
 }
 
 impl Fault {
@@ -331,6 +393,33 @@ pub struct Bounds {
     pub steps: u8,
 }
 
+/// How many invites, memberships, re-deliveries and restarts one run may take (none
+/// outside [`Scope::Rooms`]). Apart from [`Bounds`], whose fields name the older
+/// scopes' alphabet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RoomBounds {
+    pub invites: u8,
+    /// Identity A's own joins, leaves and bans.
+    pub memberships: u8,
+    pub redeliveries: u8,
+    pub restarts: u8,
+}
+
+impl RoomBounds {
+    /// The pinned bounds of `scope`.
+    pub fn pinned(scope: Scope) -> Self {
+        match scope {
+            Scope::Delivery | Scope::Prompts => Self::default(),
+            Scope::Rooms => Self {
+                invites: 2,
+                memberships: 2,
+                redeliveries: 1,
+                restarts: 1,
+            },
+        }
+    }
+}
+
 impl Bounds {
     /// The pinned bounds of `scope`.
     pub fn pinned(scope: Scope) -> Self {
@@ -367,6 +456,22 @@ impl Bounds {
                 reconfigs: 2,
                 steps: 5,
             },
+            Scope::Rooms => Self {
+                events: 2,
+                messages: 2,
+                reactions: 0,
+                redactions: 0,
+                edits: 0,
+                requests: 1,
+                failures: 1,
+                acks: 0,
+                toggles: 2,
+                early_ticks: 0,
+                noise: 0,
+                agent: 0,
+                reconfigs: 0,
+                steps: 6,
+            },
         }
     }
 }
@@ -384,6 +489,12 @@ pub enum Scope {
     /// new settings. Starts with S1 attached, Ann's first message in `!r1:a` pushed
     /// (so prompts have a room) and the agent's first message sent there.
     Prompts,
+    /// Rooms and restarts: invites of A to `!r3:a` by Ann and by Eve, join outcomes,
+    /// A's own joins, leaves and bans, messages in a room A has not joined (or has
+    /// left) and their delivery again after the join, and the server's restart. Prompt
+    /// posts are held until an action completes them. Starts with S1 attached, Ann's
+    /// first message in `!r1:a` pushed and S1's request `abcde` being posted.
+    Rooms,
 }
 
 /// The checked model: scope, bounds and an optional fault.
@@ -391,6 +502,7 @@ pub enum Scope {
 pub struct World {
     pub scope: Scope,
     pub bounds: Bounds,
+    pub room_bounds: RoomBounds,
     pub fault: Option<Fault>,
 }
 
@@ -404,6 +516,32 @@ pub struct WMessage {
     /// For an edit, the index of the original.
     pub edit_of: Option<usize>,
     pub redacted: bool,
+    /// The identity's room it was sent in (see [`Ident::room`]).
+    pub room: u8,
+    /// The identity had joined the room when it first arrived: it is input. Otherwise
+    /// it is history, and stays history.
+    pub input: bool,
+    /// History delivered again after the identity joined.
+    pub again: bool,
+}
+
+/// What the world knows of identity A's membership of one of its rooms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WMember {
+    /// Not a member (never joined, left or banned); an invite may be pending.
+    Out,
+    /// A join succeeded; the join event has not come yet.
+    Accepted,
+    /// Joined: the join event came.
+    Joined,
+}
+
+/// A held prompt post in the world's record.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WPost {
+    pub ident: Ident,
+    pub room: RoomId,
+    pub issued: Millis,
 }
 
 /// A reaction in the world's record.
@@ -434,6 +572,10 @@ pub struct WPrompt {
     pub delivered: u8,
     /// Its message does not show an outcome yet: its request id is open.
     pub open: bool,
+    /// Its message shows it unanswered (expired, replaced or dropped at the cap): no
+    /// verdict is due. (The last edit counts: a verdict send that completes after its
+    /// prompt was dropped shows the verdict again.)
+    pub unanswered: bool,
 }
 
 /// The world's state: the core, and the world's own record.
@@ -456,6 +598,20 @@ pub struct State {
     push_failure_armed: bool,
     /// The operator's settings for A are the second ones: Carl approves, Ann does not.
     pub swapped: bool,
+    used_rooms: RoomBounds,
+    /// Identity A's membership of `!r1:a`, `!r2:a` and `!r3:a`, as the world knows it.
+    pub member: [WMember; 3],
+    /// Joins in flight: effect id to A's room, or `None` once A's own membership
+    /// event of that room came (the join is then settled, whatever its outcome).
+    pub joins: BTreeMap<EffectId, Option<u8>>,
+    /// Prompt posts in flight (held in [`Scope::Rooms`]).
+    pub posts: BTreeMap<EffectId, WPost>,
+    /// Sessions that were live when the server restarted and have not attached since.
+    pub away: BTreeSet<Sess>,
+    /// Prompts (by index) whose verdict send was in flight at a restart: the send is
+    /// taken as lost with the old process, so the verdict is due when the session
+    /// attaches again.
+    pub resend: BTreeSet<usize>,
     /// Violations seen, one bit per `always` property.
     pub bad: u32,
     /// Good things that happened in the step that led here, one bit per `sometimes`
@@ -476,7 +632,8 @@ impl Ident {
     fn room(self, index: u8) -> RoomId {
         match (self, index) {
             (Ident::A, 0) => "!r1:a".into(),
-            (Ident::A, _) => "!r2:a".into(),
+            (Ident::A, 1) => "!r2:a".into(),
+            (Ident::A, _) => "!r3:a".into(),
             (Ident::B, _) => "!rb:b".into(),
         }
     }
@@ -497,6 +654,15 @@ impl Ident {
 }
 
 impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Ann => "ann",
+            Who::Carl => "carl",
+            Who::Eve => "eve",
+            Who::Bot => "bot",
+        }
+    }
+
     pub fn user(self, ident: Ident) -> UserId {
         match self {
             Who::Ann => "@ann:hs".into(),
@@ -575,6 +741,14 @@ mod bad {
     pub const WRONGLY_REFUSED: u32 = 1 << 20;
     pub const REPLY_ANSWERED: u32 = 1 << 21;
     pub const HELD_BY_FORMER: u32 = 1 << 22;
+    pub const STRANGER_JOINED: u32 = 1 << 23;
+    pub const INVITE_NOT_JOINED: u32 = 1 << 24;
+    pub const JOINED_TWICE: u32 = 1 << 25;
+    pub const NOT_JOINED_INPUT: u32 = 1 << 26;
+    pub const HISTORY_INPUT: u32 = 1 << 27;
+    pub const POST_NOT_REISSUED: u32 = 1 << 28;
+    pub const VERDICT_NOT_RESENT: u32 = 1 << 29;
+    pub const PUSH_TO_AWAY: u32 = 1 << 30;
 }
 
 /// Bits of [`State::seen`].
@@ -601,6 +775,14 @@ mod seen {
     pub const WRITE_PERFORMED: u32 = 1 << 20;
     pub const REPLY_REFUSED: u32 = 1 << 21;
     pub const PAST_FORMER_DENY: u32 = 1 << 22;
+    pub const STRANGER_INVITE_REFUSED: u32 = 1 << 10;
+    pub const INVITE_JOINED: u32 = 1 << 23;
+    pub const INVITE_NOT_REPEATED: u32 = 1 << 24;
+    pub const NOT_JOINED_DROPPED: u32 = 1 << 25;
+    pub const HISTORY_DROPPED: u32 = 1 << 26;
+    pub const POST_REISSUED: u32 = 1 << 27;
+    pub const VERDICT_RESENT: u32 = 1 << 28;
+    pub const BACK_PUSHED: u32 = 1 << 29;
     /// Not a witness: the step's agent write was refused.
     pub const WRITE_REFUSED: u32 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
@@ -614,6 +796,7 @@ impl World {
         Self {
             scope,
             bounds: Bounds::pinned(scope),
+            room_bounds: RoomBounds::pinned(scope),
             fault: None,
         }
     }
@@ -759,6 +942,21 @@ impl State {
         self.attached.contains(&sess)
     }
 
+    /// Whether the world knows `ident` joined its room `room`.
+    fn joined(&self, ident: Ident, room: u8) -> bool {
+        match ident {
+            Ident::A => self.member[usize::from(room)] == WMember::Joined,
+            Ident::B => true,
+        }
+    }
+
+    /// Whether a join of A's room `room` is pending: in flight, or done and its
+    /// membership event not come yet.
+    fn join_pending(&self, room: u8) -> bool {
+        self.member[usize::from(room)] == WMember::Accepted
+            || self.joins.values().any(|r| *r == Some(room))
+    }
+
     /// The index of `who`'s first chat message in A.
     fn first_chat(&self, who: Who) -> Option<usize> {
         self.messages.iter().position(|m| {
@@ -793,6 +991,43 @@ fn agent_message(
     }
 }
 
+/// The input of `who`'s message `text` in `ident`'s room `room` (faults included).
+fn say_input(
+    world: &World,
+    s: &State,
+    ident: Ident,
+    who: Who,
+    room: u8,
+    text: Text,
+    event_id: EventId,
+) -> Input {
+    let msgtype = match (text, world.has(Fault::NoticeAsText)) {
+        (Text::Notice, false) => MsgType::Notice,
+        _ => MsgType::Text,
+    };
+    let mut body = body(text);
+    if world.has(Fault::DisguiseVerdicts) {
+        body = body.replacen(' ', "\u{200B} ", 1);
+    }
+    let routed = if world.has(Fault::MisrouteToA) {
+        Ident::A
+    } else {
+        ident
+    };
+    let room = ident.room(room);
+    s.message_input(routed, who, room, event_id, plain(msgtype, body, None))
+}
+
+/// The core as a server loads it from a state saved without the history memory
+/// (`IdentityState::history` is `#[serde(default)]`).
+fn without_history(channel: &Channel) -> Option<Channel> {
+    let mut json = serde_json::to_value(channel).ok()?;
+    for state in json.get_mut("identities")?.as_object_mut()?.values_mut() {
+        state.as_object_mut()?.remove("history");
+    }
+    serde_json::from_value(json).ok()
+}
+
 fn plain(msgtype: MsgType, body: String, relation: Option<Relation>) -> MessageContent {
     MessageContent {
         msgtype,
@@ -816,8 +1051,13 @@ impl Model for World {
             channel
                 .add_identity(ident.id(), self.config(ident))
                 .expect("valid world config");
-            // The server starts with the identity in its rooms.
-            for room in ident.rooms() {
+            // The server starts with the identity in its rooms (and, with the fault,
+            // in one it is not in).
+            let mut rooms = ident.rooms();
+            if ident == Ident::A && self.has(Fault::StaleJoinedRoom) {
+                rooms.push(ident.room(2));
+            }
+            for room in rooms {
                 channel.handle(
                     START,
                     Input::Membership {
@@ -868,6 +1108,12 @@ impl Model for World {
             attached: [Sess::S3].into(),
             push_failure_armed: false,
             swapped: false,
+            used_rooms: RoomBounds::default(),
+            member: [WMember::Joined, WMember::Joined, WMember::Out],
+            joins: BTreeMap::new(),
+            posts: BTreeMap::new(),
+            away: BTreeSet::new(),
+            resend: BTreeSet::new(),
             bad: 0,
             seen: 0,
         };
@@ -894,6 +1140,29 @@ impl Model for World {
                 ..state.used
             };
         }
+        if self.scope == Scope::Rooms {
+            for action in [
+                Action::Attach(Sess::S1),
+                Action::Say {
+                    ident: Ident::A,
+                    who: Who::Ann,
+                    room: 0,
+                    text: Text::Chat,
+                },
+                Action::Request(Sess::S1, Rid::R1),
+            ] {
+                // The prelude's actions are always enabled in the first states.
+                state = self.next_state(&state, action).expect("prelude");
+            }
+            state.used = Bounds {
+                events: 0,
+                messages: 0,
+                requests: 0,
+                toggles: 0,
+                steps: 0,
+                ..state.used
+            };
+        }
         vec![state]
     }
 
@@ -905,8 +1174,47 @@ impl Model for World {
         }
         let room_for_events = u.events < b.events;
         // The newest actions first: the depth-first fault searches take the last
-        // actions first, so the older faults are found along their old paths. The
-        // agent writes once A has posted a prompt: before, no rule can bite.
+        // actions first, so the older faults are found along their old paths.
+        let (rb, ru) = (&self.room_bounds, &s.used_rooms);
+        if ru.restarts < rb.restarts {
+            actions.push(Action::Restart);
+        }
+        if ru.redeliveries < rb.redeliveries {
+            for (message, m) in s.messages.iter().enumerate() {
+                if !m.input {
+                    actions.push(Action::Redeliver { message });
+                }
+            }
+        }
+        if ru.invites < rb.invites {
+            for who in [Who::Ann, Who::Eve] {
+                actions.push(Action::Invite { who });
+            }
+        }
+        if ru.memberships < rb.memberships {
+            // A leaves `!r1:a` (where prompts go), and joins or is banned from `!r3:a`.
+            if s.member[0] == WMember::Joined {
+                actions.push(Action::Member {
+                    room: 0,
+                    own: Own::Left,
+                });
+            }
+            let own = match s.member[2] {
+                WMember::Joined => Own::Banned,
+                WMember::Out | WMember::Accepted => Own::Joined,
+            };
+            actions.push(Action::Member { room: 2, own });
+        }
+        for &join in s.joins.keys() {
+            actions.push(Action::CompleteJoin { join, ok: true });
+            if u.failures < b.failures {
+                actions.push(Action::CompleteJoin { join, ok: false });
+            }
+        }
+        for &post in s.posts.keys() {
+            actions.push(Action::CompletePost { post });
+        }
+        // The agent writes once A has posted a prompt: before, no rule can bite.
         let a_prompted = s.prompts.iter().any(|p| p.ident == Ident::A);
         if room_for_events && u.agent < b.agent && a_prompted {
             let touches = [
@@ -957,7 +1265,11 @@ impl Model for World {
             });
         }
         if u.toggles < b.toggles {
-            for sess in [Sess::S1, Sess::S2] {
+            let sessions: &[Sess] = match self.scope {
+                Scope::Rooms => &[Sess::S1],
+                Scope::Delivery | Scope::Prompts => &[Sess::S1, Sess::S2],
+            };
+            for &sess in sessions {
                 actions.push(if s.live(sess) {
                     Action::Detach(sess)
                 } else {
@@ -972,7 +1284,7 @@ impl Model for World {
                 (Sess::S2, Rid::R1),
                 (Sess::S3, Rid::R1),
             ] {
-                if s.live(sess) {
+                if s.live(sess) && (self.scope != Scope::Rooms || sess == Sess::S1) {
                     actions.push(Action::Request(sess, rid));
                 }
             }
@@ -991,6 +1303,10 @@ impl Model for World {
                     (Ident::A, Who::Ann, 0, Text::No(Rid::R2)),
                     (Ident::B, Who::Ann, 0, Text::Yes(Rid::R1)),
                 ],
+                Scope::Rooms => &[
+                    (Ident::A, Who::Ann, 2, Text::Chat),
+                    (Ident::A, Who::Ann, 0, Text::Yes(Rid::R1)),
+                ],
             };
             for &(ident, who, room, text) in says {
                 actions.push(Action::Say {
@@ -1000,8 +1316,10 @@ impl Model for World {
                     text,
                 });
             }
-            for prompt in 0..s.prompts.len() {
-                actions.push(Action::ReplyYes { prompt });
+            if self.scope != Scope::Rooms {
+                for prompt in 0..s.prompts.len() {
+                    actions.push(Action::ReplyYes { prompt });
+                }
             }
         }
         if u.noise < b.noise {
@@ -1101,6 +1419,7 @@ impl Model for World {
         let mut s = last.clone();
         s.seen = 0;
         s.used.steps += 1;
+        let mut step = Step::default();
         let mut inputs: VecDeque<(Option<Ident>, Input)> = VecDeque::new();
         // The write the server performs if the core says so.
         let mut agent: Option<AgentWrite> = None;
@@ -1108,6 +1427,9 @@ impl Model for World {
             Action::Attach(sess) => {
                 s.used.toggles += 1;
                 s.attached.insert(sess);
+                if s.away.remove(&sess) {
+                    step.back = Some(sess);
+                }
                 inputs.push_back((
                     Some(sess.ident()),
                     Input::Attach {
@@ -1154,6 +1476,7 @@ impl Model for World {
                 s.used.messages += 1;
                 s.used.events += 1;
                 let event_id = s.fresh_event();
+                let input = s.joined(ident, room);
                 s.messages.push(WMessage {
                     ident,
                     event_id: event_id.clone(),
@@ -1161,29 +1484,18 @@ impl Model for World {
                     text,
                     edit_of: None,
                     redacted: false,
+                    room,
+                    input,
+                    again: false,
                 });
-                let room = ident.room(room);
                 if ident == Ident::A
+                    && input
                     && matches!(self.gate(&s, ident, who), Gate::Allowed | Gate::Approver)
                     && text != Text::Notice
                 {
-                    s.last_allowed_room = Some(room.clone());
+                    s.last_allowed_room = Some(ident.room(room));
                 }
-                let msgtype = match (text, self.has(Fault::NoticeAsText)) {
-                    (Text::Notice, false) => MsgType::Notice,
-                    _ => MsgType::Text,
-                };
-                let mut body = body(text);
-                if self.has(Fault::DisguiseVerdicts) {
-                    body = body.replacen(' ', "\u{200B} ", 1);
-                }
-                let routed = if self.has(Fault::MisrouteToA) {
-                    Ident::A
-                } else {
-                    ident
-                };
-                let input =
-                    s.message_input(routed, who, room, event_id, plain(msgtype, body, None));
+                let input = say_input(self, &s, ident, who, room, text, event_id);
                 inputs.push_back((Some(ident), input));
             }
             Action::ReplyYes { prompt } => {
@@ -1191,6 +1503,7 @@ impl Model for World {
                 s.used.events += 1;
                 let p = s.prompts[prompt].clone();
                 let event_id = s.fresh_event();
+                let input = s.joined(p.ident, 0);
                 s.messages.push(WMessage {
                     ident: p.ident,
                     event_id: event_id.clone(),
@@ -1198,6 +1511,9 @@ impl Model for World {
                     text: Text::Yes(p.rid),
                     edit_of: None,
                     redacted: false,
+                    room: 0,
+                    input,
+                    again: false,
                 });
                 let reply = Relation::Reply {
                     in_reply_to: ReplyTo {
@@ -1216,7 +1532,7 @@ impl Model for World {
                     (reply, body) = (None, body.lines().last().unwrap_or_default().to_owned());
                 }
                 let room = p.ident.room(0);
-                if p.ident == Ident::A {
+                if p.ident == Ident::A && input {
                     s.last_allowed_room = Some(room.clone());
                 }
                 let input = s.message_input(
@@ -1269,6 +1585,7 @@ impl Model for World {
                 s.used.events += 1;
                 let original = s.messages[message].clone();
                 let event_id = s.fresh_event();
+                let input = s.joined(original.ident, 0);
                 s.messages.push(WMessage {
                     ident: original.ident,
                     event_id: event_id.clone(),
@@ -1276,6 +1593,9 @@ impl Model for World {
                     text: Text::Chat,
                     edit_of: Some(message),
                     redacted: false,
+                    room: 0,
+                    input,
+                    again: false,
                 });
                 let relation = Relation::Replacement {
                     original: original.event_id.clone(),
@@ -1285,6 +1605,7 @@ impl Model for World {
                     }),
                 };
                 if original.ident == Ident::A
+                    && input
                     && matches!(self.gate(&s, Ident::A, who), Gate::Allowed | Gate::Approver)
                 {
                     s.last_allowed_room = Some(original.ident.room(0));
@@ -1327,7 +1648,7 @@ impl Model for World {
             }
             Action::Noise(noise) => {
                 s.used.noise += 1;
-                if matches!(noise, Noise::CarlYes | Noise::AnnYesToAgent) {
+                if matches!(noise, Noise::CarlYes | Noise::AnnYesToAgent) && s.joined(Ident::A, 0) {
                     s.last_allowed_room = Some(Ident::A.room(0));
                 }
                 let input = noise_input(self, &s, noise);
@@ -1461,6 +1782,119 @@ impl Model for World {
                         .ok()?;
                 }
             }
+            Action::Invite { who } => {
+                s.used_rooms.invites += 1;
+                let a = Ident::A;
+                let inviter = match self.fault {
+                    Some(Fault::InviterByDisplayName) if who == Who::Eve => Who::Ann,
+                    Some(Fault::InviterIsInvitee) => Who::Bot,
+                    _ => who,
+                };
+                step.invite = Some((who, s.joined(a, 2) || s.join_pending(2)));
+                let event_id = EventId(format!("$m-invite-{}", who.name()));
+                inputs.push_back((
+                    Some(a),
+                    Input::Membership {
+                        identity: a.id(),
+                        room: a.room(2),
+                        event_id: Some(event_id),
+                        user: a.bot(),
+                        membership: Membership::Invited {
+                            by: inviter.user(a),
+                        },
+                    },
+                ));
+            }
+            Action::Member { room, own } => {
+                s.used_rooms.memberships += 1;
+                let a = Ident::A;
+                // Whatever became of a join in flight, this event settles it.
+                for r in s.joins.values_mut().filter(|r| **r == Some(room)) {
+                    *r = None;
+                }
+                s.member[usize::from(room)] = match own {
+                    Own::Joined => WMember::Joined,
+                    Own::Left | Own::Banned => WMember::Out,
+                };
+                if own != Own::Joined && s.last_allowed_room == Some(a.room(room)) {
+                    // A prompt posted there could not be seen nor answered.
+                    s.last_allowed_room = None;
+                }
+                let event_id = EventId(format!("$m-{own:?}-{room}").to_lowercase());
+                inputs.push_back((
+                    Some(a),
+                    Input::Membership {
+                        identity: a.id(),
+                        room: a.room(room),
+                        event_id: Some(event_id),
+                        user: a.bot(),
+                        membership: own.membership(),
+                    },
+                ));
+            }
+            Action::CompleteJoin { join, ok } => {
+                let room = s.joins.remove(&join)?;
+                if !ok {
+                    s.used.failures += 1;
+                }
+                if let (true, Some(room)) = (ok, room) {
+                    s.member[usize::from(room)] = WMember::Accepted;
+                    s.seen |= seen::INVITE_JOINED;
+                }
+                let outcome = if ok && !self.has(Fault::MisreportJoins) {
+                    Outcome::Sent
+                } else {
+                    Outcome::Failed {
+                        reason: "forbidden".to_owned(),
+                    }
+                };
+                inputs.push_back((None, Input::Completed { id: join, outcome }));
+            }
+            Action::CompletePost { post } => {
+                let p = s.posts.remove(&post)?;
+                posted(&mut s, post, p, &mut inputs);
+            }
+            Action::Redeliver { message } => {
+                s.used_rooms.redeliveries += 1;
+                let m = s.messages[message].clone();
+                if s.joined(m.ident, m.room) {
+                    s.messages[message].again = true;
+                }
+                let input = say_input(self, &s, m.ident, m.who, m.room, m.text, m.event_id);
+                inputs.push_back((Some(m.ident), input));
+            }
+            Action::Restart => {
+                s.used_rooms.restarts += 1;
+                // The old process's streams are gone, and so is every send it had in
+                // flight: a verdict send is taken as lost (it is due again), a join
+                // failed, a post is issued again by the core.
+                s.away.extend(std::mem::take(&mut s.attached));
+                s.resend.extend(std::mem::take(&mut s.held).into_values());
+                s.joins.clear();
+                if self.has(Fault::ForgetHistoryAtRestart) {
+                    s.channel = without_history(&s.channel)?;
+                }
+                let posts: BTreeSet<EffectId> = s.posts.keys().copied().collect();
+                if self.has(Fault::FailPostsAtRestart) {
+                    for &id in &posts {
+                        s.posts.remove(&id);
+                        let outcome = Outcome::Failed {
+                            reason: "the server restarted".to_owned(),
+                        };
+                        inputs.push_back((None, Input::Completed { id, outcome }));
+                    }
+                }
+                if self.has(Fault::VerdictsSentAtRestart) {
+                    for send in last.held.keys() {
+                        let outcome = Outcome::Sent;
+                        inputs.push_back((None, Input::Completed { id: *send, outcome }));
+                    }
+                }
+                if !self.has(Fault::SilentRestart) {
+                    inputs.push_back((None, Input::Restarted));
+                }
+                step.restart_posts = Some(posts);
+            }
             Action::Tick | Action::TickBefore => {
                 let deadline = s.channel.next_deadline()?;
                 if action == Action::TickBefore {
@@ -1485,8 +1919,17 @@ impl Model for World {
             if self.has(Fault::ReverseReplay) {
                 effects.reverse();
             }
-            monitor(self, &mut s, ident, effects, &mut inputs, &mut agent);
+            monitor(
+                self,
+                &mut s,
+                &mut step,
+                ident,
+                effects,
+                &mut inputs,
+                &mut agent,
+            );
         }
+        check_rooms(self, &action, &step, &mut s);
         if agent_refused(&action, &s) && s.channel == last.channel {
             // A refused write changed nothing in Matrix or the core: it leaves no
             // trace but what the monitor found, and what follows it is what follows
@@ -1655,6 +2098,7 @@ fn ann_yes_to_agent(world: &World, s: &State) -> Input {
 fn monitor(
     world: &World,
     s: &mut State,
+    step: &mut Step,
     ident: Option<Ident>,
     effects: Vec<Effect>,
     inputs: &mut VecDeque<(Option<Ident>, Input)>,
@@ -1687,6 +2131,12 @@ fn monitor(
                 // An armed failure means the push did not arrive; a misreport means
                 // it arrived and the server says otherwise.
                 let arrived = !std::mem::take(&mut s.push_failure_armed);
+                if s.away.contains(&sess) {
+                    s.bad |= bad::PUSH_TO_AWAY;
+                }
+                if step.back == Some(sess) && arrived && event_id.is_some() {
+                    s.seen |= seen::BACK_PUSHED;
+                }
                 if let (Some(event_id), true) = (&event_id, arrived) {
                     check_pushed_event(world, s, sess, event_id);
                     if replayed {
@@ -1724,17 +2174,21 @@ fn monitor(
                 inputs.push_back((None, Input::Completed { id, outcome }));
             }
             Effect::PostPrompt {
-                id,
-                identity,
-                room,
-                request_id,
-                ..
+                id, identity, room, ..
             } => {
                 let ident = if identity == Ident::A.id() {
                     Ident::A
                 } else {
                     Ident::B
                 };
+                if let Some(post) = s.posts.get(&id) {
+                    // Issued again at a restart: the same post, to the same room.
+                    step.reissued.insert(id);
+                    if post.room != room {
+                        s.bad |= bad::POST_NOT_REISSUED;
+                    }
+                    continue;
+                }
                 let expected = match ident {
                     Ident::A => s.last_allowed_room.clone(),
                     Ident::B => Some(Ident::B.room(0)),
@@ -1745,37 +2199,16 @@ fn monitor(
                 if room == Ident::A.room(1) {
                     s.seen |= seen::POSTED_TO_R2;
                 }
-                let owner = s.channel.identity(&identity).and_then(|st| {
-                    st.prompts()
-                        .iter()
-                        .find(|p| p.phase == Phase::Posting { post: id })
-                        .map(|p| p.session.clone())
-                });
-                let message = s.fresh_event();
-                if let (Some(session), Some(rid)) = (
-                    owner.as_ref().and_then(Sess::from_id),
-                    [Rid::R1, Rid::R2]
-                        .into_iter()
-                        .find(|r| r.id() == request_id),
-                ) {
-                    s.prompts.push(WPrompt {
-                        ident,
-                        session,
-                        rid,
-                        message: message.clone(),
-                        room: room.clone(),
-                        issued: s.now,
-                        delivered: 0,
-                        open: true,
-                    });
+                let post = WPost {
+                    ident,
+                    room,
+                    issued: s.now,
+                };
+                if world.scope == Scope::Rooms {
+                    s.posts.insert(id, post);
+                } else {
+                    posted(s, id, post, inputs);
                 }
-                inputs.push_back((
-                    None,
-                    Input::Completed {
-                        id,
-                        outcome: Outcome::Posted { event_id: message },
-                    },
-                ));
             }
             Effect::SendVerdict {
                 id,
@@ -1800,9 +2233,15 @@ fn monitor(
                             .position(|w| Some(&w.message) == message.as_ref())
                         {
                             s.held.insert(id, index);
+                            if s.resend.remove(&index) {
+                                s.seen |= seen::VERDICT_RESENT;
+                            }
                         }
                     }
                     _ => s.bad |= bad::VERDICT_MISROUTED,
+                }
+                if Sess::from_id(&session).is_some_and(|sess| s.away.contains(&sess)) {
+                    s.bad |= bad::PUSH_TO_AWAY;
                 }
                 if world.has(Fault::VerdictToEverySession) {
                     let others: Vec<Sess> = s
@@ -1827,8 +2266,10 @@ fn monitor(
             }
             Effect::EditPrompt { event_id, text, .. } => {
                 // The message now shows an outcome: its request is no longer open.
+                let unanswered = text.plain.starts_with('⌛');
                 for p in s.prompts.iter_mut().filter(|p| p.message == event_id) {
                     p.open = false;
+                    p.unanswered = unanswered;
                 }
                 if text.plain.starts_with("⌛ Expired") {
                     s.seen |= seen::EXPIRED;
@@ -1852,17 +2293,32 @@ fn monitor(
                 {
                     s.seen |= seen::REPLY_REFUSED
                 }
+                DropReason::Stranger
+                    if event_id.as_ref().map(EventId::as_str) == Some("$m-invite-eve") =>
+                {
+                    s.seen |= seen::STRANGER_INVITE_REFUSED
+                }
+                DropReason::AlreadyInvited => s.seen |= seen::INVITE_NOT_REPEATED,
+                DropReason::NotJoined => {
+                    let history = s
+                        .messages
+                        .iter()
+                        .find(|m| Some(&m.event_id) == event_id.as_ref());
+                    match history {
+                        Some(m) if m.again => s.seen |= seen::HISTORY_DROPPED,
+                        Some(m) if !m.input => s.seen |= seen::NOT_JOINED_DROPPED,
+                        _ => {}
+                    }
+                }
                 _ => {}
             },
             Effect::Notice { .. } | Effect::LogMessage { .. } => {}
-            // The world invites no one, so this is not expected; a join succeeds.
-            Effect::JoinRoom { id, .. } => inputs.push_back((
-                None,
-                Input::Completed {
-                    id,
-                    outcome: Outcome::Sent,
-                },
-            )),
+            // Held until an action completes it.
+            Effect::JoinRoom { id, room, .. } => {
+                step.joins += 1;
+                let index = (0..3).find(|&i| Ident::A.room(i) == room);
+                s.joins.insert(id, index);
+            }
             Effect::Write { id, .. } => {
                 if let Some(write) = agent.take() {
                     judge_agent_write(s, &write, true);
@@ -1900,6 +2356,121 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
     }
 }
 
+/// The violation of a message of a room the identity had not joined when it first
+/// arrived, taken as input: on its first delivery, or delivered again after the join.
+fn history_bit(m: &WMessage) -> u32 {
+    if m.again {
+        bad::HISTORY_INPUT
+    } else {
+        bad::NOT_JOINED_INPUT
+    }
+}
+
+/// What one step did that the checks after it need.
+#[derive(Default)]
+struct Step {
+    /// `JoinRoom` effects.
+    joins: u8,
+    /// The step's invite: by whom, and whether A was then joined or joining.
+    invite: Option<(Who, bool)>,
+    /// At a restart, the prompt posts that were in flight.
+    restart_posts: Option<BTreeSet<EffectId>>,
+    /// Prompt posts the core issued again.
+    reissued: BTreeSet<EffectId>,
+    /// A session that was live before a restart attached again.
+    back: Option<Sess>,
+}
+
+/// A prompt post completed: the world records the prompt (if the core still holds
+/// it: a prompt retired while being posted is not one) and answers with its event id.
+fn posted(s: &mut State, id: EffectId, post: WPost, inputs: &mut VecDeque<(Option<Ident>, Input)>) {
+    let owner = s.channel.identity(&post.ident.id()).and_then(|st| {
+        st.prompts()
+            .iter()
+            .find(|p| p.phase == Phase::Posting { post: id })
+            .map(|p| (p.session.clone(), p.request.request_id.clone()))
+    });
+    let message = s.fresh_event();
+    if let Some((Some(session), Some(rid))) = owner.map(|(session, request_id)| {
+        (
+            Sess::from_id(&session),
+            [Rid::R1, Rid::R2]
+                .into_iter()
+                .find(|r| r.id() == request_id),
+        )
+    }) {
+        s.prompts.push(WPrompt {
+            ident: post.ident,
+            session,
+            rid,
+            message: message.clone(),
+            room: post.room,
+            issued: post.issued,
+            delivered: 0,
+            open: true,
+            unanswered: false,
+        });
+    }
+    inputs.push_back((
+        None,
+        Input::Completed {
+            id,
+            outcome: Outcome::Posted { event_id: message },
+        },
+    ));
+}
+
+/// After a step: the joins it caused against its invite, the prompt posts a restart
+/// issued again against those in flight, the verdicts due when a session attaches,
+/// and history in the queue.
+fn check_rooms(world: &World, action: &Action, step: &Step, s: &mut State) {
+    let allowed = |who: Who| matches!(world.gate(s, Ident::A, who), Gate::Allowed | Gate::Approver);
+    let by_allowed = step.invite.is_some_and(|(who, _)| allowed(who));
+    if step.joins > 0 && !by_allowed {
+        s.bad |= bad::STRANGER_JOINED;
+    }
+    if let Some((_, in_or_joining)) = step.invite {
+        if by_allowed && !in_or_joining && step.joins == 0 {
+            s.bad |= bad::INVITE_NOT_JOINED;
+        }
+        if in_or_joining && step.joins > 0 {
+            s.bad |= bad::JOINED_TWICE;
+        }
+    }
+    if step.joins > 1 {
+        s.bad |= bad::JOINED_TWICE;
+    }
+    if let Some(posts) = &step.restart_posts {
+        if step.reissued != *posts {
+            s.bad |= bad::POST_NOT_REISSUED;
+        } else if !posts.is_empty() {
+            s.seen |= seen::POST_REISSUED;
+        }
+    }
+    if let Action::Attach(sess) = action {
+        let due: Vec<usize> = s
+            .resend
+            .iter()
+            .copied()
+            .filter(|&p| s.prompts[p].session == *sess)
+            .collect();
+        for prompt in due {
+            s.resend.remove(&prompt);
+            if !s.prompts[prompt].unanswered {
+                s.bad |= bad::VERDICT_NOT_RESENT;
+            }
+        }
+    }
+    let queued_history = s
+        .channel
+        .identities()
+        .flat_map(|(_, st)| st.queue().iter())
+        .filter_map(|q| s.messages.iter().find(|m| m.event_id == q.event_id))
+        .filter(|m| !m.input)
+        .fold(0, |bits, m| bits | history_bit(m));
+    s.bad |= queued_history;
+}
+
 fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &EventId) {
     let id = event_id.as_str();
     if id.starts_with("$n-") {
@@ -1921,6 +2492,9 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
         }
         if m.ident == Ident::B {
             s.seen |= seen::B_PUSHED;
+        }
+        if !m.input {
+            s.bad |= history_bit(m);
         }
         match m.text {
             Text::Yes(_) | Text::No(_) => s.bad |= bad::VERDICT_PUSHED,
@@ -1993,6 +2567,11 @@ fn check_decision(
     match &decision.via {
         VerdictSource::Text { event_id } => {
             s.seen |= seen::TEXT_VERDICT;
+            if let Some(m) = s.messages.iter().find(|m| m.event_id == *event_id) {
+                if !m.input {
+                    s.bad |= history_bit(m);
+                }
+            }
             if event_id.as_str() == ANN_YES_TO_AGENT {
                 s.bad |= bad::REPLY_ANSWERED;
             }
@@ -2130,6 +2709,9 @@ fn judge_agent_write(s: &mut State, write: &AgentWrite, performed: bool) {
                 text: Text::Agent,
                 edit_of: None,
                 redacted: false,
+                room: 0,
+                input: true,
+                again: false,
             });
         }
     } else {
@@ -2252,17 +2834,23 @@ macro_rules! witness {
     };
 }
 
+/// The `sometimes` properties the Delivery and Prompts scopes both witness.
+const SHARED: [&str; 6] = [
+    "an allowed sender's message is pushed",
+    "an own event or a notice is seen and dropped",
+    "one event reaches two sessions",
+    "an event is replayed",
+    "two events are replayed at once",
+    "an event waits in the queue",
+];
+
 /// The `sometimes` properties each scope must witness: together they cover every
 /// `sometimes` property.
 pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
-    let shared = [
-        "an allowed sender's message is pushed",
-        "an own event or a notice is seen and dropped",
-        "one event reaches two sessions",
-        "an event is replayed",
-        "two events are replayed at once",
-        "an event waits in the queue",
-    ];
+    let shared: &[&str] = match scope {
+        Scope::Rooms => &[],
+        Scope::Delivery | Scope::Prompts => &SHARED,
+    };
     let own: &[&str] = match scope {
         Scope::Delivery => &[
             "a session acknowledges an event",
@@ -2288,8 +2876,27 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a verdict replying to the agent's message answers nothing",
             "a yes is taken at once after the denier stopped being an approver",
         ],
+        Scope::Rooms => &[
+            "an allowed sender's message is pushed",
+            "an event is replayed",
+            "two events are replayed at once",
+            "an event waits in the queue",
+            "an approver's verdict reaches the session that asked",
+            "a verdict is taken by text",
+            "a request id is answered after it was issued again",
+            "a verdict send completes after its prompt was re-issued",
+            "a prompt expires",
+            "a stranger's invite is refused",
+            "an allowed sender's invite is joined",
+            "an invite to a room joined or being joined is not joined again",
+            "an event of a room the identity has not joined is dropped as history",
+            "history delivered again after the join is dropped",
+            "a prompt post in flight at a restart is issued again",
+            "a verdict in flight at a restart is sent again",
+            "a session live before a restart gets what waited when it attaches again",
+        ],
     };
-    shared.into_iter().chain(own.iter().copied()).collect()
+    shared.iter().chain(own).copied().collect()
 }
 
 /// Names of the `always` properties, for the fault tests.
@@ -2325,6 +2932,19 @@ pub mod names {
     pub const REPLY_ANSWERED: &str = "a verdict replying to another event answers nothing";
     pub const HELD_BY_FORMER: &str =
         "a yes is held back only by the deny of someone who is an approver now";
+    pub const STRANGER_JOINED: &str = "a stranger's invite is never joined";
+    pub const INVITE_NOT_JOINED: &str =
+        "an allowed sender's invite to a room the identity is not in is joined";
+    pub const JOINED_TWICE: &str = "an allowed sender's invite is joined once";
+    pub const NOT_JOINED_INPUT: &str =
+        "nothing of a room the identity has not joined is pushed, queued or counted as a vote";
+    pub const HISTORY_INPUT: &str = "history delivered again after the join stays history";
+    pub const POST_NOT_REISSUED: &str =
+        "every prompt post in flight at a restart is issued again with its effect id";
+    pub const VERDICT_NOT_RESENT: &str =
+        "a verdict in flight at a restart is sent again when its session attaches";
+    pub const PUSH_TO_AWAY: &str =
+        "no push goes to a session that was live before a restart until it attaches again";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -2355,6 +2975,7 @@ fn nothing_lost(world: &World, s: &State) -> bool {
             .identity(&m.ident.id())
             .is_some_and(|st| st.queue().iter().any(|q| q.event_id == m.event_id));
         !pushable
+            || !m.input
             || m.redacted
             || s.acked.contains(&m.event_id)
             || queued
@@ -2469,6 +3090,43 @@ fn properties() -> Vec<Property<World>> {
         witness!(
             "a yes is taken at once after the denier stopped being an approver",
             seen::PAST_FORMER_DENY
+        ),
+        never!(STRANGER_JOINED, bad::STRANGER_JOINED),
+        witness!(
+            "a stranger's invite is refused",
+            seen::STRANGER_INVITE_REFUSED
+        ),
+        never!(INVITE_NOT_JOINED, bad::INVITE_NOT_JOINED),
+        witness!("an allowed sender's invite is joined", seen::INVITE_JOINED),
+        never!(JOINED_TWICE, bad::JOINED_TWICE),
+        witness!(
+            "an invite to a room joined or being joined is not joined again",
+            seen::INVITE_NOT_REPEATED
+        ),
+        never!(NOT_JOINED_INPUT, bad::NOT_JOINED_INPUT),
+        witness!(
+            "an event of a room the identity has not joined is dropped as history",
+            seen::NOT_JOINED_DROPPED
+        ),
+        never!(HISTORY_INPUT, bad::HISTORY_INPUT),
+        witness!(
+            "history delivered again after the join is dropped",
+            seen::HISTORY_DROPPED
+        ),
+        never!(POST_NOT_REISSUED, bad::POST_NOT_REISSUED),
+        witness!(
+            "a prompt post in flight at a restart is issued again",
+            seen::POST_REISSUED
+        ),
+        never!(VERDICT_NOT_RESENT, bad::VERDICT_NOT_RESENT),
+        witness!(
+            "a verdict in flight at a restart is sent again",
+            seen::VERDICT_RESENT
+        ),
+        never!(PUSH_TO_AWAY, bad::PUSH_TO_AWAY),
+        witness!(
+            "a session live before a restart gets what waited when it attaches again",
+            seen::BACK_PUSHED
         ),
     ]
 }
