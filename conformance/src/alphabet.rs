@@ -6,7 +6,7 @@
 //! new action fails to compile in every adapter, until each handles it.
 
 use crate::world::{
-    AgentOp, BadRequest, Ident, Key, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+    AgentOp, BadRequest, Ident, Key, Odd, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
 };
 use mc_model::Input;
 use serde::{Deserialize, Serialize};
@@ -91,15 +91,22 @@ alphabet! {
     BreakStream { session: Sess } => break_stream,
     /// `Input::Tick`: `ms` milliseconds pass.
     Tick { ms: u64 } => tick,
-    /// `Input::Restarted`: the server process is replaced by a new one on the same
-    /// state. Not generated yet (`conformance/skip.txt`).
-    Restart {} => restart,
+    /// `Input::Restarted`: the server process is killed and a new one starts on the
+    /// same state (it loads the state and reports the rooms it is in). With `request`,
+    /// the kill lands while that session's permission request is being handled: its
+    /// prompt post is in flight, and `reached` says whether the homeserver has the
+    /// event (in process only).
+    Restart { request: Option<(Sess, Rid)>, reached: bool } => restart,
+    /// A sync delivers the n-th delivered event (a person's message, edit, reaction
+    /// or redaction, not redacted) again, as a replayed response does.
+    Redeliver { target: usize } => redeliver,
     /// `Input::Membership`: an invite, or the identity's own membership changes.
     /// Not generated yet (`conformance/skip.txt`).
     Membership {} => membership,
-    /// `Input::NotInput`: a timeline event that is no input (state, another type,
-    /// undecryptable, malformed). Not generated yet (`conformance/skip.txt`).
-    NotInput {} => not_input,
+    /// `Input::NotInput`: `sender` puts a timeline event that is no input in the
+    /// identity's room number `room` (a state event, another event type, a malformed
+    /// reaction).
+    NotInput { ident: Ident, sender: Who, room: u8, kind: Odd } => not_input,
 }
 
 /// The action an input comes from. Exhaustive: a new `Input` variant fails to compile

@@ -11,14 +11,14 @@
 
 use crate::alphabet::Adapter;
 use crate::world::{
-    log_params, normalize_content, AgentOp, BadRequest, Ev, Ident, Key, Observation, Redactor, Rel,
-    Rid, Sel, Sess, Text, ToolAnswer, Who, World, LOG_METHOD,
+    log_params, normalize_content, AgentOp, BadRequest, Ev, Ident, Key, Observation, Odd, Redactor,
+    Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, LOG_METHOD,
 };
 use mc_model::{
     AgentText, AgentWrite, Channel, EventId, IdentityId, Input, Millis, PromptText, RoomId,
     SessionId,
 };
-use mc_server::engine::{self, EngineHandle, NoPersist, Wire, WriteAnswer};
+use mc_server::engine::{self, EngineHandle, Persist, Wire, WriteAnswer};
 use mc_server::matrix::{timeline_input, RoomView};
 use mc_server::server::{edit_content, notice_content, prompt_content};
 use mc_server::write::{markdown_text, text_content, with_relation, ToolError, Written};
@@ -51,6 +51,9 @@ pub struct Net {
     calls: u64,
     /// The ids the homeserver gives the agent's next events (the world's names).
     next_ids: VecDeque<EventId>,
+    /// While `Some`, a prompt post never returns (the process dies first); the flag
+    /// says whether the homeserver gets the event before that.
+    hold_posts: Option<bool>,
 }
 
 impl Net {
@@ -147,9 +150,34 @@ impl Wire for MemWire {
         text: &PromptText,
         txn_id: &str,
     ) -> Result<EventId, String> {
-        // The homeserver answers a transaction id with the same event id each time.
+        // The homeserver answers a transaction id with the same event id each time,
+        // and stores the event once.
         let event_id = format!("${txn_id}");
+        let hold = {
+            let mut net = self.net.lock().unwrap();
+            if net
+                .events
+                .iter()
+                .any(|e| e["event_id"] == event_id.as_str())
+            {
+                net.calls += 1;
+                return Ok(EventId(event_id));
+            }
+            net.hold_posts
+        };
         let content = serde_json::to_value(prompt_content(text)).map_err(|e| e.to_string())?;
+        match hold {
+            None => {}
+            Some(reached) => {
+                if reached {
+                    self.send(identity, room, event_id.clone(), content, true);
+                } else {
+                    self.net.lock().unwrap().calls += 1;
+                }
+                // The process is killed before this post reports back.
+                return std::future::pending().await;
+            }
+        }
         self.send(identity, room, event_id.clone(), content, true);
         Ok(EventId(event_id))
     }
@@ -383,10 +411,23 @@ impl RoomView for MemRoom<'_> {
     }
 }
 
+/// Keeps what the engine persists after every transition (`StorePersist` writes
+/// its JSON to the database); a restart loads it through JSON.
+#[derive(Clone, Default)]
+pub struct MemPersist(Arc<Mutex<Option<Channel>>>);
+
+impl Persist for MemPersist {
+    fn save(&mut self, channel: &Channel) {
+        *self.0.lock().unwrap() = Some(channel.clone());
+    }
+}
+
 /// The server under test, in process.
 pub struct InProcess {
     rt: tokio::runtime::Runtime,
     engine: EngineHandle,
+    task: tokio::task::JoinHandle<()>,
+    persist: MemPersist,
     wire: Arc<MemWire>,
 }
 
@@ -403,11 +444,48 @@ impl InProcess {
             net: Mutex::new(Net::default()),
         });
         let channel: Channel = world.channel.clone();
-        let engine = rt.block_on(async {
-            let (engine, _task) = engine::spawn(channel, wire.clone(), NoPersist, clock);
-            engine
-        });
-        InProcess { rt, engine, wire }
+        let persist = MemPersist::default();
+        let (engine, task) =
+            rt.block_on(async { engine::spawn(channel, wire.clone(), persist.clone(), clock) });
+        InProcess {
+            rt,
+            engine,
+            task,
+            persist,
+            wire,
+        }
+    }
+
+    /// SIGKILL and start again: the engine task ends where it is (tasks it spawned
+    /// that are in flight never report back), and a new engine starts on the state
+    /// the old one persisted, as `serve` does: `load_channel` (the JSON, the
+    /// configured identities applied again), `Input::Restarted`, then `report_rooms`.
+    fn restart_engine(&mut self) -> Result<(), String> {
+        self.task.abort();
+        let saved = self.persist.0.lock().unwrap().take();
+        let mut channel: Channel = match saved {
+            None => Channel::new(),
+            Some(saved) => {
+                let json = serde_json::to_string(&saved).map_err(|e| e.to_string())?;
+                serde_json::from_str(&json).map_err(|e| format!("the persisted state: {e}"))?
+            }
+        };
+        for ident in Ident::ALL {
+            channel
+                .add_identity(ident.id(), ident.config(crate::world::Mode::InProcess))
+                .map_err(|e| e.to_string())?;
+        }
+        let persist = MemPersist::default();
+        let (engine, task) = self
+            .rt
+            .block_on(async { engine::spawn(channel, self.wire.clone(), persist.clone(), clock) });
+        self.engine = engine;
+        self.task = task;
+        self.persist = persist;
+        for input in World::restart_inputs().into_iter().skip(1) {
+            self.submit(input)?;
+        }
+        Ok(())
     }
 
     /// Runs until the engine and the tasks it spawned are idle.
@@ -603,16 +681,71 @@ impl Adapter for InProcess {
         Ok(())
     }
 
-    fn restart(&mut self, _: &World) -> Result<(), String> {
-        Err("restart is not generated yet (conformance/skip.txt)".to_owned())
+    fn restart(
+        &mut self,
+        world: &World,
+        request: &Option<(Sess, Rid)>,
+        reached: &bool,
+    ) -> Result<(), String> {
+        if let Some((session, rid)) = request {
+            self.wire.net.lock().unwrap().hold_posts = Some(*reached);
+            let asked = self.permission_request(world, session, rid);
+            self.settle();
+            self.wire.net.lock().unwrap().hold_posts = None;
+            asked?;
+        }
+        self.restart_engine()
+    }
+
+    /// The homeserver serves the event again as it is now, and the identity's sync
+    /// hands it to the adapter.
+    fn redeliver(&mut self, world: &World, target: &usize) -> Result<(), String> {
+        let t = world
+            .redeliverable_sel(*target)
+            .ok_or("no event to deliver again")?;
+        let ev = &world.events[t];
+        let json = ev.json();
+        let room = MemRoom {
+            id: ev.room.clone(),
+            wire: &self.wire,
+        };
+        let input = self
+            .rt
+            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
+        self.submit(input)
     }
 
     fn membership(&mut self, _: &World) -> Result<(), String> {
         Err("membership is not generated yet (conformance/skip.txt)".to_owned())
     }
 
-    fn not_input(&mut self, _: &World) -> Result<(), String> {
-        Err("not_input is not generated yet (conformance/skip.txt)".to_owned())
+    /// The homeserver stores the event and the sync hands it to the adapter, which
+    /// must make it exactly the `Input::NotInput` the reference did.
+    fn not_input(
+        &mut self,
+        world: &World,
+        _: &Ident,
+        _: &Who,
+        _: &u8,
+        _: &Odd,
+    ) -> Result<(), String> {
+        let ev: &Ev = world.events.last().ok_or("no event to deliver")?;
+        let json = ev.json();
+        self.wire.net.lock().unwrap().events.push(json.clone());
+        let room = MemRoom {
+            id: ev.room.clone(),
+            wire: &self.wire,
+        };
+        let input = self
+            .rt
+            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
+        if world.inputs.first() != Some(&input) {
+            return Err(format!(
+                "the adapter made {json} into {input:?}, the reference {:?}",
+                world.inputs.first()
+            ));
+        }
+        self.submit(input)
     }
 
     fn tick(&mut self, world: &World, _: &u64) -> Result<(), String> {

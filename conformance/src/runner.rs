@@ -190,6 +190,29 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
                 answer.as_deref().unwrap_or("no answer")
             ))
         }
+        Action::Restart { request, reached } => {
+            let reposted = observed.iter().any(|o| {
+                matches!(o, Observation::Sent { event_id: Some(id), .. } if id.0.starts_with("$mc-prompt-"))
+            });
+            Some(match (request, reached) {
+                (None, _) => "restart between actions".to_owned(),
+                (Some(_), true) => {
+                    format!("restart with a post the homeserver got (a prompt shown: {reposted})")
+                }
+                (Some(_), false) => {
+                    format!("restart with a post the homeserver lost (a prompt shown: {reposted})")
+                }
+            })
+        }
+        Action::Redeliver { .. } => Some(format!(
+            "redelivery: {}",
+            if observed.is_empty() {
+                "nothing seen"
+            } else {
+                "something seen"
+            }
+        )),
+        Action::NotInput { kind, .. } => Some(format!("not input: {kind:?}")),
         Action::InvalidPermissionRequest { bad, .. } => {
             Some(format!("invalid permission_request: {bad:?}"))
         }

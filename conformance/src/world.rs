@@ -473,6 +473,49 @@ impl BadRequest {
     }
 }
 
+/// A timeline event that is no input of the channel's own kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Odd {
+    /// An `m.room.topic` state event (a state event is no input, whatever its type).
+    Topic,
+    /// A message-like event of a type the channel does not handle.
+    Custom,
+}
+
+impl Odd {
+    pub fn event_type(self) -> &'static str {
+        match self {
+            Odd::Topic => "m.room.topic",
+            Odd::Custom => "org.example.ping",
+        }
+    }
+
+    pub fn content(self) -> Value {
+        match self {
+            Odd::Topic => json!({"topic": "yes abcde"}),
+            Odd::Custom => json!({"body": "yes abcde", "msgtype": "m.text"}),
+        }
+    }
+
+    /// The state key, for a state event.
+    pub fn state_key(self) -> Option<&'static str> {
+        match self {
+            Odd::Topic => Some(""),
+            Odd::Custom => None,
+        }
+    }
+
+    /// How the server names it (`mc_adapters::decode::Ignored::describe`).
+    fn what(self) -> String {
+        match self {
+            Odd::Topic => "m.room.topic (a state event)".to_owned(),
+            Odd::Custom => {
+                "org.example.ping (an event type the channel does not handle)".to_owned()
+            }
+        }
+    }
+}
+
 /// What kind of event a world event is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EvKind {
@@ -486,6 +529,8 @@ pub enum EvKind {
     Redaction,
     /// A permission prompt the identity posted.
     Prompt,
+    /// An event that is no input ([`Odd`]).
+    Other,
 }
 
 /// One Matrix event of the world, as its sender put it on the wire.
@@ -506,12 +551,15 @@ pub struct Ev {
     pub redacted: bool,
     /// The body of the latest edit by the same sender (prompts: the outcome edit).
     pub edited_body: Option<String>,
+    /// The input its delivery became (a person's event, or a generated bot message;
+    /// `None` for what the identity sent itself), for a redelivery.
+    pub input: Option<Input>,
 }
 
 impl Ev {
     /// The full event JSON as a homeserver serves it in a timeline, with symbolic ids.
     pub fn json(&self) -> Value {
-        json!({
+        let mut json = json!({
             "type": self.event_type,
             "event_id": self.id.0,
             "sender": self.sender.user_id(self.ident).0,
@@ -519,7 +567,11 @@ impl Ev {
             "room_id": self.room.0,
             "content": self.content,
             "unsigned": {},
-        })
+        });
+        if self.event_type == Odd::Topic.event_type() {
+            json["state_key"] = json!("");
+        }
+        json
     }
 }
 
@@ -599,6 +651,11 @@ pub struct World {
     /// The last action's agent write, as the reference built it from the state before
     /// the action (selectors resolved; adapters read their targets from it).
     pub last_write: Option<(Ident, AgentWrite)>,
+    /// While `Some`, prompt posts do not report back (the process dies first); the
+    /// flag says whether the homeserver got the event.
+    hold_posts: Option<bool>,
+    /// Restarts so far (the generator keeps them rare).
+    pub restarts: u8,
 }
 
 impl World {
@@ -635,7 +692,69 @@ impl World {
             wrote: Vec::new(),
             next_call: 0,
             last_write: None,
+            hold_posts: None,
+            restarts: 0,
         }
+    }
+
+    /// The inputs a new process starts with, after loading the state: the
+    /// configured identities applied again (`load_channel`), `Input::Restarted`, and
+    /// what the store knows of each room (`report_rooms`: the cast's rooms, joined).
+    pub fn restart_inputs() -> Vec<Input> {
+        let mut inputs = vec![Input::Restarted];
+        for ident in Ident::ALL {
+            for room in ident.rooms() {
+                inputs.push(Input::Membership {
+                    identity: ident.id(),
+                    room: RoomId((*room).to_owned()),
+                    event_id: None,
+                    user: Who::Bot.user_id(ident),
+                    membership: mc_model::Membership::Joined,
+                });
+            }
+        }
+        inputs
+    }
+
+    /// The n-th event a sync could deliver again: delivered as input before, and
+    /// not redacted since (a replayed response would serve it redacted).
+    pub fn redeliverable_sel(&self, n: usize) -> Option<usize> {
+        pick_nth(
+            &self.targets(|e| e.input.is_some() && !e.redacted && e.kind != EvKind::Other),
+            n,
+        )
+    }
+
+    /// The input a redelivery of event `i` becomes: the first delivery's, with a
+    /// reply's parent as the homeserver serves it now.
+    fn redelivery(&self, i: usize) -> Input {
+        let mut input = self.events[i].input.clone().expect("a delivered event");
+        if let Input::Message { message, .. } = &mut input {
+            if let Some(content) = &mut message.content {
+                match &mut content.relation {
+                    Some(Relation::Reply { in_reply_to }) => {
+                        let t = self
+                            .events
+                            .iter()
+                            .position(|e| e.id == in_reply_to.event_id);
+                        in_reply_to.parent = t.and_then(|t| self.parent(t));
+                    }
+                    Some(Relation::Thread {
+                        in_reply_to: Some(in_reply_to),
+                        is_falling_back: false,
+                        ..
+                    }) => {
+                        let t = self
+                            .events
+                            .iter()
+                            .position(|e| e.id == in_reply_to.event_id);
+                        in_reply_to.parent = t.and_then(|t| self.parent(t));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        input
     }
 
     /// Whether the model has the session attached.
@@ -653,6 +772,16 @@ impl World {
         self.inputs.clear();
         self.wrote.clear();
         self.last_write = None;
+        self.apply_one(action);
+        if self.mode == Mode::Real {
+            // Wall-clock time passes between actions: a vote's 1 ms settle window ends
+            // before the next action.
+            self.now += REAL_SETTLE + 1;
+            self.run(Input::Tick);
+        }
+    }
+
+    fn apply_one(&mut self, action: &Action) {
         match *action {
             Action::Attach { session } => {
                 self.broken.remove(&session);
@@ -678,7 +807,7 @@ impl World {
                     None => (ident, ident.room(room)),
                 };
                 let input = self.message(ident, sender, room, text, rel);
-                self.run(input);
+                self.delivered(input);
             }
             Action::Reaction {
                 sender,
@@ -699,7 +828,7 @@ impl World {
                     content,
                     EvKind::Reaction,
                 );
-                self.run(Input::Reaction {
+                self.delivered(Input::Reaction {
                     identity: ident.id(),
                     reaction: Reaction {
                         room,
@@ -733,7 +862,7 @@ impl World {
                     EvKind::Redaction,
                 );
                 self.events[target].redacted = true;
-                self.run(Input::Redaction {
+                self.delivered(Input::Redaction {
                     identity: ident.id(),
                     redaction: Redaction {
                         room,
@@ -804,14 +933,55 @@ impl World {
                 self.now += ms;
                 self.run(Input::Tick);
             }
-            Action::Restart {} => self.run(Input::Restarted),
-            Action::Membership {} | Action::NotInput {} => {}
-        }
-        if self.mode == Mode::Real {
-            // Wall-clock time passes between actions: a vote's 1 ms settle window ends
-            // before the next action.
-            self.now += REAL_SETTLE + 1;
-            self.run(Input::Tick);
+            Action::Restart { request, reached } => {
+                if let Some((session, rid)) = request {
+                    self.hold_posts = Some(reached);
+                    self.apply_one(&Action::PermissionRequest { session, rid });
+                    self.hold_posts = None;
+                }
+                self.restarts += 1;
+                // The new process numbers its tool calls from 0 again.
+                self.next_call = 0;
+                for ident in Ident::ALL {
+                    self.channel
+                        .add_identity(ident.id(), ident.config(self.mode))
+                        .expect("the cast's settings are valid");
+                }
+                for input in World::restart_inputs() {
+                    self.run(input);
+                }
+            }
+            Action::Redeliver { target } => {
+                let t = self
+                    .redeliverable_sel(target)
+                    .expect("checked by the precondition");
+                let input = self.redelivery(t);
+                self.run(input);
+            }
+            Action::NotInput {
+                ident,
+                sender,
+                room,
+                kind,
+            } => {
+                let room = ident.room(room);
+                let id = self.push_event(
+                    ident,
+                    room.clone(),
+                    sender,
+                    kind.event_type(),
+                    kind.content(),
+                    EvKind::Other,
+                );
+                self.run(Input::NotInput {
+                    identity: ident.id(),
+                    room,
+                    event_id: Some(id),
+                    sender: Some(sender.user_id(ident)),
+                    what: kind.what(),
+                });
+            }
+            Action::Membership {} => {}
         }
     }
 
@@ -1116,8 +1286,17 @@ impl World {
             kind,
             redacted: false,
             edited_body: None,
+            input: None,
         });
         id
+    }
+
+    /// Runs the input the latest event's delivery became, and keeps it with the event.
+    fn delivered(&mut self, input: Input) {
+        if let Some(ev) = self.events.last_mut() {
+            ev.input = Some(input.clone());
+        }
+        self.run(input);
     }
 
     /// The parent of a reply as a homeserver serves it: `None` when redacted or not a
@@ -1139,7 +1318,7 @@ impl World {
                     .unwrap_or_default();
                 (body.to_owned(), false)
             }
-            EvKind::Reaction | EvKind::Redaction => return None,
+            EvKind::Reaction | EvKind::Redaction | EvKind::Other => return None,
         };
         Some(Parent {
             sender: t.sender.user_id(t.ident),
@@ -1350,6 +1529,19 @@ impl World {
             } => {
                 let ident = ident_of(&identity);
                 let event_id = EventId(format!("$mc-prompt-{}", id.0));
+                if self.events.iter().any(|e| e.id == event_id) {
+                    // Issued again after a restart: the homeserver knows the
+                    // transaction and answers with the event it has.
+                    posts.push(Input::Completed {
+                        id,
+                        outcome: Outcome::Posted { event_id },
+                    });
+                    return None;
+                }
+                if self.hold_posts == Some(false) {
+                    // The process dies before the homeserver gets the post.
+                    return None;
+                }
                 let content = json!({
                     "msgtype": "m.text",
                     "body": text.plain,
@@ -1374,11 +1566,14 @@ impl World {
                     kind: EvKind::Prompt,
                     redacted: false,
                     edited_body: None,
+                    input: None,
                 });
-                posts.push(Input::Completed {
-                    id,
-                    outcome: Outcome::Posted { event_id },
-                });
+                if self.hold_posts.is_none() {
+                    posts.push(Input::Completed {
+                        id,
+                        outcome: Outcome::Posted { event_id },
+                    });
+                }
                 None
             }
             Effect::EditPrompt {
@@ -1586,8 +1781,30 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             !real && world.is_live(session) && !world.broken.contains(&session)
         }
         Action::Tick { .. } => !real,
+        // A real kill lands between actions (a kill inside one is timed, so it is
+        // in-process only): at most one a sequence there, two in process.
+        Action::Restart { request, .. } => match request {
+            None => world.restarts < if real { 1 } else { 2 },
+            Some((session, rid)) => {
+                !real
+                    && world.restarts < 2
+                    && precondition(world, &Action::PermissionRequest { session, rid })
+            }
+        },
+        // A real homeserver delivers each event once.
+        Action::Redeliver { target } => !real && world.redeliverable_sel(target).is_some(),
+        // Only Ann (the rooms' creator) may set a room's topic on a real homeserver.
+        Action::NotInput {
+            ident,
+            sender,
+            kind,
+            ..
+        } => {
+            ident.members().contains(&sender)
+                && !(real && (sender == Who::Bot || kind == Odd::Topic && sender != Who::Ann))
+        }
         // Not generated yet (conformance/skip.txt).
-        Action::Restart {} | Action::Membership {} | Action::NotInput {} => false,
+        Action::Membership {} => false,
     }
 }
 
@@ -1668,10 +1885,16 @@ impl<M: ModeOf> ReferenceStateMachine for Reference<M> {
     fn apply(mut world: World, action: &Action) -> World {
         world.apply(action);
         debug_assert!(world.inputs.iter().all(|i| {
+            use crate::alphabet::ActionKind as K;
             let k = kind_of(i);
             k == action.kind()
-                || k == crate::alphabet::ActionKind::BreakStream
-                || k == crate::alphabet::ActionKind::Tick
+                || k == K::BreakStream
+                || k == K::Tick
+                || matches!(
+                    (action.kind(), k),
+                    (K::Restart, K::Membership | K::PermissionRequest)
+                        | (K::Redeliver, K::Message | K::Reaction | K::Redaction)
+                )
         }));
         world
     }
@@ -2011,6 +2234,94 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                         })
                     },
                 )
+                .boxed(),
+        ));
+    }
+    // Restarts: rare (a real one costs a second or two), at most one a sequence in
+    // the real target and two in process, where the kill may also land while a
+    // permission request's prompt post is in flight.
+    if precondition(
+        world,
+        &Action::Restart {
+            request: None,
+            reached: false,
+        },
+    ) {
+        let mut restarts: Vec<(u32, BoxedStrategy<Action>)> = vec![(
+            1,
+            Just(Action::Restart {
+                request: None,
+                reached: false,
+            })
+            .boxed(),
+        )];
+        let asking: Vec<Sess> = world
+            .known
+            .iter()
+            .copied()
+            .filter(|s| {
+                precondition(
+                    world,
+                    &Action::PermissionRequest {
+                        session: *s,
+                        rid: Rid::R1,
+                    },
+                )
+            })
+            .collect();
+        if !real && !asking.is_empty() {
+            restarts.push((
+                2,
+                (pick(asking), pick(vec![Rid::R1, Rid::R2]), any::<bool>())
+                    .prop_map(|(s, r, reached)| Action::Restart {
+                        request: Some((s, r)),
+                        reached,
+                    })
+                    .boxed(),
+            ));
+        }
+        options.push((
+            if real { 3 } else { 1 },
+            proptest::strategy::Union::new_weighted(restarts).boxed(),
+        ));
+    }
+    if !real && world.redeliverable_sel(0).is_some() {
+        options.push((
+            2,
+            (0usize..8)
+                .prop_map(|target| Action::Redeliver { target })
+                .boxed(),
+        ));
+    }
+    {
+        let w = world.clone();
+        options.push((
+            1,
+            (
+                pick(vec![Ident::A, Ident::B]),
+                pick(senders.clone()),
+                0u8..2,
+                pick(vec![Odd::Custom, Odd::Topic]),
+            )
+                .prop_map(move |(ident, sender, room, kind)| {
+                    let sender = if ident.members().contains(&sender) {
+                        sender
+                    } else {
+                        Who::Ann
+                    };
+                    // Only the rooms' creator may set a topic on a real homeserver.
+                    let sender = if w.mode == Mode::Real && kind == Odd::Topic {
+                        Who::Ann
+                    } else {
+                        sender
+                    };
+                    Action::NotInput {
+                        ident,
+                        sender,
+                        room,
+                        kind,
+                    }
+                })
                 .boxed(),
         ));
     }

@@ -84,9 +84,7 @@ fn the_skip_list_names_real_actions_and_gives_reasons() {
     for target in ["in_process", "real"] {
         for what in skipped(target) {
             // Single words are action names; cases in words have spaces.
-            if !what.contains(' ')
-                && !["attachments", "restart", "membership", "persistence"].contains(&what.as_str())
-            {
+            if !what.contains(' ') && !["attachments", "membership"].contains(&what.as_str()) {
                 assert!(
                     names.contains(&what.as_str()),
                     "skip.txt: {what} is not an action"

@@ -24,8 +24,8 @@ use harness::WAIT;
 use mc_conformance::alphabet::Adapter;
 use mc_conformance::runner::{check_with, regressions, run_sequence, Target};
 use mc_conformance::world::{
-    AgentOp, AgentRel, BadRequest, Ident, Key, Mode, Observation, RealMode, Redactor, Rel, Rid,
-    Sel, Sess, Text, ToolAnswer, Who, World, REAL_SETTLE, REAL_TTL,
+    AgentOp, AgentRel, BadRequest, Ident, Key, Mode, Observation, Odd, RealMode, Redactor, Rel,
+    Rid, Sel, Sess, Text, ToolAnswer, Who, World, REAL_SETTLE, REAL_TTL,
 };
 use mc_model::{AgentWrite, Channel, EventId, RoomId};
 use proptest::test_runner::Config;
@@ -104,6 +104,8 @@ struct Real {
     since: String,
     /// Tool answers seen since the last step.
     answers: Vec<Observation>,
+    /// Sessions whose client is connected (attached, not closed since).
+    open: std::collections::BTreeSet<Sess>,
 }
 
 impl Real {
@@ -160,6 +162,7 @@ impl Real {
             ts: BTreeMap::new(),
             since,
             answers: Vec::new(),
+            open: Default::default(),
         };
         for (sym, id) in [
             (Who::Ann.user_id(Ident::A).0, ann.user_id.clone()),
@@ -204,7 +207,19 @@ impl Real {
         let human = self.human(ev.sender)?;
         let content = translate(&ev.content, &self.to_real);
         let id = runtime().block_on(async {
-            let id = if ev.event_type == "m.room.redaction" {
+            let id = if ev.event_type == Odd::Topic.event_type() {
+                let path = format!(
+                    "/_matrix/client/v3/rooms/{}/state/{}/",
+                    link_encoded(&room),
+                    ev.event_type
+                );
+                human
+                    .call(reqwest::Method::PUT, &path, Some(&content))
+                    .await["event_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            } else if ev.event_type == "m.room.redaction" {
                 let target = content["redacts"].as_str().unwrap_or_default().to_owned();
                 human.redact(&room, &target, None).await
             } else {
@@ -350,6 +365,7 @@ fn translate(value: &Value, map: &BTreeMap<String, String>) -> Value {
 
 impl Adapter for Real {
     fn attach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        self.open.insert(*session);
         let url = self.server.url("/channel");
         let token = self.server.token(&session.ident().id().0).to_owned();
         runtime().block_on(async {
@@ -383,6 +399,7 @@ impl Adapter for Real {
     }
 
     fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+        self.open.remove(session);
         let client = self.client(*session)?;
         runtime().block_on(async {
             client.mcp.close().await;
@@ -594,16 +611,55 @@ impl Adapter for Real {
         Ok(())
     }
 
-    fn restart(&mut self, _: &World) -> Result<(), String> {
-        Err("restart is not generated yet (conformance/skip.txt)".to_owned())
+    /// SIGKILL, and `serve` again on the same store and address. The clients of
+    /// live sessions see their streams end and are closed (Claude Code would
+    /// reconnect; here a later attach resumes the session); the `/mcp` clients
+    /// connect again on their next call.
+    fn restart(
+        &mut self,
+        _: &World,
+        request: &Option<(Sess, Rid)>,
+        _: &bool,
+    ) -> Result<(), String> {
+        if request.is_some() {
+            return Err("a kill inside a request is in-process only (conformance/skip.txt)".into());
+        }
+        let open = std::mem::take(&mut self.open);
+        let tools = std::mem::take(&mut self.tools);
+        runtime().block_on(async {
+            self.server.kill9().await;
+            for s in &open {
+                if let Some(c) = self.sessions.get(s) {
+                    c.mcp.close().await;
+                }
+            }
+            for (_, t) in tools {
+                t.close().await;
+            }
+            self.server.restart().await;
+        });
+        Ok(())
+    }
+
+    fn redeliver(&mut self, _: &World, _: &usize) -> Result<(), String> {
+        Err("redeliver is in-process only (conformance/skip.txt)".to_owned())
     }
 
     fn membership(&mut self, _: &World) -> Result<(), String> {
         Err("membership is not generated yet (conformance/skip.txt)".to_owned())
     }
 
-    fn not_input(&mut self, _: &World) -> Result<(), String> {
-        Err("not_input is not generated yet (conformance/skip.txt)".to_owned())
+    /// A custom event type is sent as any message-like event; a topic with a state
+    /// PUT.
+    fn not_input(
+        &mut self,
+        world: &World,
+        _: &Ident,
+        _: &Who,
+        _: &u8,
+        _: &Odd,
+    ) -> Result<(), String> {
+        self.send_latest(world)
     }
 
     fn break_stream(&mut self, _: &World, _: &Sess) -> Result<(), String> {
