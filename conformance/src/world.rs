@@ -1729,7 +1729,15 @@ pub fn precondition(world: &World, action: &Action) -> bool {
                 None if rel == Rel::None => ident,
                 None => return false,
             };
-            ident.members().contains(&sender) && !(real && sender == Who::Bot)
+            // Synapse refuses a thread rooted at an event with a relation (400).
+            let thread_on_relation = match rel {
+                Rel::Thread { root, .. } => world
+                    .sel(root)
+                    .is_some_and(|t| !world.events[t].content["m.relates_to"].is_null()),
+                _ => false,
+            };
+            ident.members().contains(&sender)
+                && !(real && (sender == Who::Bot || thread_on_relation))
         }
         Action::Reaction {
             sender,
