@@ -225,6 +225,10 @@ enum InFlight {
         identity: IdentityId,
         room: RoomId,
         by: UserId,
+        /// The identity's own membership event of the room came since: whatever
+        /// the join's outcome, the room is as that event left it.
+        #[serde(default)]
+        settled: bool,
     },
     Verdict {
         identity: IdentityId,
@@ -556,9 +560,11 @@ impl Channel {
             // The tool call is answered from the outcome by the server; the core
             // only stops waiting for it.
             InFlight::Write { .. } => {}
-            InFlight::Join { room, by, .. } => {
+            InFlight::Join {
+                room, by, settled, ..
+            } => {
                 if let Outcome::Failed { .. } = outcome {
-                    state.join_failed(room, by, &mut out);
+                    state.join_failed(room, by, settled, &mut out);
                 }
             }
             InFlight::Verdict {
@@ -1248,6 +1254,21 @@ impl IdentityState {
         if user != self.config.user_id {
             return out.drop(event_id.as_ref(), DropReason::OtherMember);
         }
+        if !matches!(membership, Membership::Invited { .. }) {
+            for flight in out.in_flight.values_mut() {
+                if let InFlight::Join {
+                    identity,
+                    room: r,
+                    settled,
+                    ..
+                } = flight
+                {
+                    if *identity == out.identity && *r == room {
+                        *settled = true;
+                    }
+                }
+            }
+        }
         let by = match membership {
             Membership::Joined => {
                 self.rooms.insert(room, RoomState::Joined);
@@ -1281,6 +1302,7 @@ impl IdentityState {
                         identity: out.identity.clone(),
                         room: room.clone(),
                         by: by.clone(),
+                        settled: false,
                     },
                 );
                 out.effects.push(Effect::JoinRoom {
@@ -1302,9 +1324,11 @@ impl IdentityState {
     }
 
     /// A join on an invite failed: the invite is pending again (a restart, or
-    /// another invite, tries again).
-    fn join_failed(&mut self, room: RoomId, by: UserId, out: &mut Out<'_>) {
-        if self.rooms.get(&room) == Some(&RoomState::Joining { by: by.clone() }) {
+    /// another invite, tries again), unless the identity's own membership event of
+    /// the room came since (`settled`): the room was joined or left meanwhile, and a
+    /// join on a later invite may be the one in flight now.
+    fn join_failed(&mut self, room: RoomId, by: UserId, settled: bool, out: &mut Out<'_>) {
+        if !settled && self.rooms.get(&room) == Some(&RoomState::Joining { by: by.clone() }) {
             self.rooms.insert(room, RoomState::Invited { by });
         }
         out.drop(None, DropReason::JoinFailed);

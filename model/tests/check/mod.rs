@@ -411,10 +411,10 @@ impl RoomBounds {
         match scope {
             Scope::Delivery | Scope::Prompts => Self::default(),
             Scope::Rooms => Self {
-                invites: 2,
+                invites: 3,
                 memberships: 2,
                 redeliveries: 1,
-                restarts: 1,
+                restarts: 2,
             },
         }
     }

@@ -3,7 +3,7 @@
 //! it left), and events that are no input.
 
 use crate::harness::*;
-use mc_model::{DropReason, Input, Membership, RoomState};
+use mc_model::{DropReason, Input, Membership, Outcome, RoomState};
 
 const NEW: &str = "!new:hs";
 
@@ -81,6 +81,79 @@ fn a_failed_join_leaves_the_invite_pending_and_the_next_report_tries_again() {
 
     invited_by(&mut w, ALICE);
     assert_eq!(w.trace(), ["join !new:hs"]);
+}
+
+fn failed() -> Option<Outcome> {
+    Some(Outcome::Failed {
+        reason: "forbidden".into(),
+    })
+}
+
+#[test]
+fn a_join_failure_reported_after_the_rooms_membership_event_changes_nothing() {
+    // Found by the model check: the identity joined, was banned and invited again;
+    // the first join's failure came late, and the next invite joined the room a
+    // third time while the second join was in flight (or done).
+    for second in [None, Some(Outcome::Sent)] {
+        let mut w = World::new();
+        w.hold(Kind::Join);
+        invited_by(&mut w, ALICE);
+        member(&mut w, BOT, Membership::Joined);
+        member(&mut w, BOT, Membership::Banned);
+        invited_by(&mut w, ALICE);
+        let joins = w.held_of(Kind::Join);
+        assert_eq!(joins.len(), 2);
+        if second.is_some() {
+            w.release(joins[1].id, second.clone());
+        }
+        w.mark();
+
+        w.release(joins[0].id, failed());
+        assert_eq!(
+            room_state(&w),
+            Some(RoomState::Joining { by: user(ALICE) }),
+            "{second:?}"
+        );
+        invited_by(&mut w, ALICE);
+
+        assert_eq!(w.trace(), ["drop - JoinFailed", "drop $j5 AlreadyInvited"]);
+    }
+}
+
+#[test]
+fn a_failed_join_is_pending_again_after_a_membership_event_of_another_room() {
+    let mut w = World::new();
+    w.hold(Kind::Join);
+    invited_by(&mut w, ALICE);
+    let identity = w.identity.clone();
+    w.input(Input::Membership {
+        identity,
+        room: room("!other:hs"),
+        event_id: None,
+        user: BOT.into(),
+        membership: Membership::Left,
+    });
+    let join = w.held_of(Kind::Join)[0].id;
+    w.mark();
+
+    w.release(join, failed());
+
+    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(ALICE) }));
+    invited_by(&mut w, ALICE);
+    assert_eq!(w.trace(), ["drop - JoinFailed", "join !new:hs"]);
+}
+
+#[test]
+fn an_invite_reported_again_while_the_join_is_in_flight_does_not_settle_it() {
+    let mut w = World::new();
+    w.hold(Kind::Join);
+    invited_by(&mut w, ALICE);
+    invited_by(&mut w, ALICE);
+    let join = w.held_of(Kind::Join)[0].id;
+
+    w.release(join, failed());
+
+    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(ALICE) }));
 }
 
 #[test]
