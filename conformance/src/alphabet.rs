@@ -6,7 +6,7 @@
 //! new action fails to compile in every adapter, until each handles it.
 
 use crate::world::{
-    AgentOp, BadRequest, Ident, Key, Odd, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+    AgentOp, BadRequest, Change, Ident, Key, Odd, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
 };
 use mc_model::Input;
 use serde::{Deserialize, Serialize};
@@ -100,9 +100,10 @@ alphabet! {
     /// A sync delivers the n-th delivered event (a person's message, edit, reaction
     /// or redaction, not redacted) again, as a replayed response does.
     Redeliver { target: usize } => redeliver,
-    /// `Input::Membership`: an invite, or the identity's own membership changes.
-    /// Not generated yet (`conformance/skip.txt`).
-    Membership {} => membership,
+    /// `Input::Membership`: the identity's own `m.room.member` event in its room
+    /// number `room`: it left (or was kicked), or `by` invites it (an allowed
+    /// sender's invite is joined, a stranger's never).
+    Membership { ident: Ident, room: u8, change: Change } => membership,
     /// `Input::NotInput`: `sender` puts a timeline event that is no input in the
     /// identity's room number `room` (a state event, another event type, a malformed
     /// reaction).

@@ -11,8 +11,8 @@
 
 use crate::alphabet::Adapter;
 use crate::world::{
-    log_params, normalize_content, AgentOp, BadRequest, Ev, Ident, Key, Observation, Odd, Redactor,
-    Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, LOG_METHOD,
+    log_params, normalize_content, AgentOp, BadRequest, Change, Ev, Ident, Key, Observation, Odd,
+    Redactor, Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, LOG_METHOD,
 };
 use mc_model::{
     AgentText, AgentWrite, Channel, EventId, IdentityId, Input, Millis, PromptText, RoomId,
@@ -54,6 +54,8 @@ pub struct Net {
     /// While `Some`, a prompt post never returns (the process dies first); the flag
     /// says whether the homeserver gets the event before that.
     hold_posts: Option<bool>,
+    /// The rooms the identities joined, not delivered yet.
+    joined: Vec<(Ident, RoomId)>,
 }
 
 impl Net {
@@ -338,11 +340,17 @@ impl Wire for MemWire {
         })
     }
 
-    async fn join_room(&self, _: &IdentityId, room: &RoomId) -> Result<(), String> {
-        // Not generated (conformance/skip.txt: membership).
-        Err(format!(
-            "the in-memory homeserver has no invites to join {room}"
-        ))
+    /// Joins: observed, and the join event is delivered by the next sync.
+    async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String> {
+        let ident = ident_of(identity);
+        let mut net = self.net.lock().unwrap();
+        net.calls += 1;
+        net.observed.push(Observation::Joined {
+            ident,
+            room: room.clone(),
+        });
+        net.joined.push((ident, room.clone()));
+        Ok(())
     }
 
     async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
@@ -460,7 +468,7 @@ impl InProcess {
     /// that are in flight never report back), and a new engine starts on the state
     /// the old one persisted, as `serve` does: `load_channel` (the JSON, the
     /// configured identities applied again), `Input::Restarted`, then `report_rooms`.
-    fn restart_engine(&mut self) -> Result<(), String> {
+    fn restart_engine(&mut self, world: &World) -> Result<(), String> {
         self.task.abort();
         let saved = self.persist.0.lock().unwrap().take();
         let mut channel: Channel = match saved {
@@ -482,7 +490,7 @@ impl InProcess {
         self.engine = engine;
         self.task = task;
         self.persist = persist;
-        for input in World::restart_inputs().into_iter().skip(1) {
+        for input in world.restart_inputs().into_iter().skip(1) {
             self.submit(input)?;
         }
         Ok(())
@@ -505,6 +513,28 @@ impl InProcess {
                 last = calls;
             }
         });
+    }
+
+    /// The homeserver stores world event `i` and the sync hands it to the adapter,
+    /// which must make it exactly the input the reference did.
+    fn deliver_exactly(&self, world: &World, i: usize) -> Result<(), String> {
+        let ev: &Ev = &world.events[i];
+        let json = ev.json();
+        self.wire.net.lock().unwrap().events.push(json.clone());
+        let room = MemRoom {
+            id: ev.room.clone(),
+            wire: &self.wire,
+        };
+        let input = self
+            .rt
+            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
+        if ev.input.as_ref() != Some(&input) {
+            return Err(format!(
+                "the adapter made {json} into {input:?}, the reference {:?}",
+                ev.input
+            ));
+        }
+        self.submit(input)
     }
 
     /// What the server did since the last call.
@@ -694,7 +724,30 @@ impl Adapter for InProcess {
             self.wire.net.lock().unwrap().hold_posts = None;
             asked?;
         }
-        self.restart_engine()
+        self.restart_engine(world)
+    }
+
+    /// The homeserver delivers the identity's member event, then the join events of
+    /// the rooms the server joined (the reference's, in its order).
+    fn membership(&mut self, world: &World, _: &Ident, _: &u8, _: &Change) -> Result<(), String> {
+        let i = world
+            .events
+            .len()
+            .checked_sub(1 + world.joins.len())
+            .ok_or("no member event")?;
+        self.deliver_exactly(world, i)?;
+        self.settle();
+        let joined = std::mem::take(&mut self.wire.net.lock().unwrap().joined);
+        for (ident, room) in joined {
+            let j = world
+                .joins
+                .iter()
+                .copied()
+                .find(|&j| world.events[j].ident == ident && world.events[j].room == room)
+                .ok_or_else(|| format!("the server joined {room}, the reference did not"))?;
+            self.deliver_exactly(world, j)?;
+        }
+        Ok(())
     }
 
     /// The homeserver serves the event again as it is now, and the identity's sync
@@ -715,10 +768,6 @@ impl Adapter for InProcess {
         self.submit(input)
     }
 
-    fn membership(&mut self, _: &World) -> Result<(), String> {
-        Err("membership is not generated yet (conformance/skip.txt)".to_owned())
-    }
-
     /// The homeserver stores the event and the sync hands it to the adapter, which
     /// must make it exactly the `Input::NotInput` the reference did.
     fn not_input(
@@ -729,23 +778,7 @@ impl Adapter for InProcess {
         _: &u8,
         _: &Odd,
     ) -> Result<(), String> {
-        let ev: &Ev = world.events.last().ok_or("no event to deliver")?;
-        let json = ev.json();
-        self.wire.net.lock().unwrap().events.push(json.clone());
-        let room = MemRoom {
-            id: ev.room.clone(),
-            wire: &self.wire,
-        };
-        let input = self
-            .rt
-            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
-        if world.inputs.first() != Some(&input) {
-            return Err(format!(
-                "the adapter made {json} into {input:?}, the reference {:?}",
-                world.inputs.first()
-            ));
-        }
-        self.submit(input)
+        self.deliver_exactly(world, world.events.len().checked_sub(1).ok_or("no event")?)
     }
 
     fn tick(&mut self, world: &World, _: &u64) -> Result<(), String> {

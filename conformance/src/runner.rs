@@ -135,6 +135,7 @@ impl Coverage {
                 Observation::Acknowledged { acknowledged, .. } => {
                     format!("acknowledge tool: {acknowledged}")
                 }
+                Observation::Joined { .. } => "joined".to_owned(),
             };
             *self.observations.entry(kind).or_default() += 1;
         }
@@ -213,6 +214,14 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
             }
         )),
         Action::NotInput { kind, .. } => Some(format!("not input: {kind:?}")),
+        Action::Membership { change, .. } => Some(format!(
+            "membership {change:?}: {}",
+            if observed.is_empty() {
+                "nothing seen"
+            } else {
+                "joined"
+            }
+        )),
         Action::InvalidPermissionRequest { bad, .. } => {
             Some(format!("invalid permission_request: {bad:?}"))
         }

@@ -516,6 +516,15 @@ impl Odd {
     }
 }
 
+/// A change of the identity's own membership of a room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Change {
+    /// It left (or was kicked from) the room.
+    Leave,
+    /// `by` invites it.
+    Invite { by: Who },
+}
+
 /// What kind of event a world event is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EvKind {
@@ -571,6 +580,10 @@ impl Ev {
         if self.event_type == Odd::Topic.event_type() {
             json["state_key"] = json!("");
         }
+        if self.event_type == "m.room.member" {
+            // Always the identity's own membership.
+            json["state_key"] = json!(Who::Bot.user_id(self.ident).0);
+        }
         json
     }
 }
@@ -603,6 +616,8 @@ pub enum Observation {
     },
     /// A write tool's answer to the agent.
     Wrote { ident: Ident, answer: ToolAnswer },
+    /// The identity joined a room (on an invite).
+    Joined { ident: Ident, room: RoomId },
 }
 
 /// What a write tool answers: the events it sent, or an error's `kind`
@@ -656,6 +671,9 @@ pub struct World {
     hold_posts: Option<bool>,
     /// Restarts so far (the generator keeps them rare).
     pub restarts: u8,
+    /// The join events the homeserver delivered in the last action (after the joins
+    /// the model asked for).
+    pub joins: Vec<usize>,
 }
 
 impl World {
@@ -694,22 +712,73 @@ impl World {
             last_write: None,
             hold_posts: None,
             restarts: 0,
+            joins: Vec::new(),
         }
+    }
+
+    /// An `m.room.member` event of the identity's own account in `room`, sent by
+    /// `sender`, as a world event; the input it becomes.
+    fn member_event(
+        &mut self,
+        ident: Ident,
+        room: RoomId,
+        sender: Who,
+        membership: mc_model::Membership,
+    ) -> Input {
+        let word = match membership {
+            mc_model::Membership::Invited { .. } => "invite",
+            mc_model::Membership::Joined => "join",
+            mc_model::Membership::Left => "leave",
+            mc_model::Membership::Banned => "ban",
+        };
+        let id = self.push_event(
+            ident,
+            room.clone(),
+            sender,
+            "m.room.member",
+            json!({"membership": word}),
+            EvKind::Other,
+        );
+        let input = Input::Membership {
+            identity: ident.id(),
+            room,
+            event_id: Some(id),
+            user: Who::Bot.user_id(ident),
+            membership,
+        };
+        if let Some(ev) = self.events.last_mut() {
+            ev.input = Some(input.clone());
+        }
+        input
     }
 
     /// The inputs a new process starts with, after loading the state: the
     /// configured identities applied again (`load_channel`), `Input::Restarted`, and
     /// what the store knows of each room (`report_rooms`: the cast's rooms, joined).
-    pub fn restart_inputs() -> Vec<Input> {
+    pub fn restart_inputs(&self) -> Vec<Input> {
         let mut inputs = vec![Input::Restarted];
         for ident in Ident::ALL {
-            for room in ident.rooms() {
+            let Some(state) = self.channel.identity(&ident.id()) else {
+                continue;
+            };
+            for (room, known) in state.rooms() {
+                // As the homeserver has it: a join asked for is done (the ideal wire),
+                // an invite not acted on is pending.
+                let membership = match known {
+                    mc_model::RoomState::Joined | mc_model::RoomState::Joining { .. } => {
+                        mc_model::Membership::Joined
+                    }
+                    mc_model::RoomState::Invited { by } => {
+                        mc_model::Membership::Invited { by: by.clone() }
+                    }
+                    mc_model::RoomState::Left => mc_model::Membership::Left,
+                };
                 inputs.push(Input::Membership {
                     identity: ident.id(),
-                    room: RoomId((*room).to_owned()),
+                    room: room.clone(),
                     event_id: None,
                     user: Who::Bot.user_id(ident),
-                    membership: mc_model::Membership::Joined,
+                    membership,
                 });
             }
         }
@@ -772,6 +841,7 @@ impl World {
         self.inputs.clear();
         self.wrote.clear();
         self.last_write = None;
+        self.joins.clear();
         self.apply_one(action);
         if self.mode == Mode::Real {
             // Wall-clock time passes between actions: a vote's 1 ms settle window ends
@@ -947,7 +1017,7 @@ impl World {
                         .add_identity(ident.id(), ident.config(self.mode))
                         .expect("the cast's settings are valid");
                 }
-                for input in World::restart_inputs() {
+                for input in self.restart_inputs() {
                     self.run(input);
                 }
             }
@@ -973,7 +1043,7 @@ impl World {
                     kind.content(),
                     EvKind::Other,
                 );
-                self.run(Input::NotInput {
+                self.delivered(Input::NotInput {
                     identity: ident.id(),
                     room,
                     event_id: Some(id),
@@ -981,7 +1051,27 @@ impl World {
                     what: kind.what(),
                 });
             }
-            Action::Membership {} => {}
+            Action::Membership {
+                ident,
+                room,
+                change,
+            } => {
+                let room = ident.room(room);
+                let input = match change {
+                    Change::Leave => {
+                        self.member_event(ident, room, Who::Bot, mc_model::Membership::Left)
+                    }
+                    Change::Invite { by } => self.member_event(
+                        ident,
+                        room,
+                        by,
+                        mc_model::Membership::Invited {
+                            by: by.user_id(ident),
+                        },
+                    ),
+                };
+                self.run(input);
+            }
         }
     }
 
@@ -1652,9 +1742,19 @@ impl World {
                 });
                 None
             }
-            // Joins are not generated (conformance/skip.txt: membership); a join
-            // the model asks for is an outcome the wire reports at once.
-            Effect::JoinRoom { id, .. } => Some(outcome(id, true)),
+            // The join succeeds; the homeserver's sync then delivers the join event.
+            Effect::JoinRoom { id, identity, room } => {
+                let ident = ident_of(&identity);
+                self.expected.push(Observation::Joined {
+                    ident,
+                    room: room.clone(),
+                });
+                posts.push(outcome(id, true));
+                let join = self.member_event(ident, room, Who::Bot, mc_model::Membership::Joined);
+                self.joins.push(self.events.len() - 1);
+                posts.push(join);
+                None
+            }
             Effect::LogMessage {
                 session, message, ..
             } => {
@@ -1811,8 +1911,14 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             ident.members().contains(&sender)
                 && !(real && (sender == Who::Bot || kind == Odd::Topic && sender != Who::Ann))
         }
-        // Not generated yet (conformance/skip.txt).
-        Action::Membership {} => false,
+        // In process only (conformance/skip.txt).
+        Action::Membership { ident, change, .. } => {
+            !real
+                && match change {
+                    Change::Leave => true,
+                    Change::Invite { by } => ident.members().contains(&by) && by != Who::Bot,
+                }
+        }
     }
 }
 
@@ -2291,6 +2397,66 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         options.push((
             if real { 3 } else { 1 },
             proptest::strategy::Union::new_weighted(restarts).boxed(),
+        ));
+    }
+    if !real {
+        options.push((
+            1,
+            (
+                pick(vec![Ident::A, Ident::A, Ident::B]),
+                0u8..2,
+                pick(vec![
+                    Change::Leave,
+                    Change::Leave,
+                    Change::Invite { by: Who::Ann },
+                    Change::Invite { by: Who::Carl },
+                    Change::Invite { by: Who::Eve },
+                ]),
+            )
+                .prop_map(|(ident, room, change)| {
+                    let change = match change {
+                        Change::Invite { by: Who::Carl } if ident == Ident::B => {
+                            Change::Invite { by: Who::Ann }
+                        }
+                        c => c,
+                    };
+                    Action::Membership {
+                        ident,
+                        room,
+                        change,
+                    }
+                })
+                .boxed(),
+        ));
+    }
+    // Invites to the rooms the identity left (or was never let into).
+    let left: Vec<(Ident, u8)> = Ident::ALL
+        .into_iter()
+        .flat_map(|i| (0..i.rooms().len() as u8).map(move |n| (i, n)))
+        .filter(|(i, n)| {
+            world
+                .channel
+                .identity(&i.id())
+                .and_then(|s| s.rooms().get(&i.room(*n)))
+                != Some(&mc_model::RoomState::Joined)
+        })
+        .collect();
+    if !real && !left.is_empty() {
+        options.push((
+            2,
+            (pick(left), pick(vec![Who::Ann, Who::Carl, Who::Eve]))
+                .prop_map(|((ident, room), by)| Action::Membership {
+                    ident,
+                    room,
+                    change: Change::Invite {
+                        by: if ident.members().contains(&by) {
+                            by
+                        } else {
+                            Who::Ann
+                        },
+                    },
+                })
+                .boxed(),
         ));
     }
     if !real && world.redeliverable_sel(0).is_some() {
