@@ -208,11 +208,19 @@ pub fn names_request_id<'a>(text: &str, ids: &'a [RequestId]) -> Option<&'a Requ
         let as_written = visible
             .split(|c: char| !c.is_alphabetic())
             .find_map(|word| matching(&skeleton(word)));
-        as_written.or_else(|| {
-            skeleton(&visible)
-                .split(|c: char| !c.is_alphabetic())
-                .find_map(matching)
-        })
+        as_written
+            .or_else(|| {
+                skeleton(&visible)
+                    .split(|c: char| !c.is_alphabetic())
+                    .find_map(matching)
+            })
+            .or_else(|| {
+                // Fancy text the skeleton leaves alone (small capitals `ᴀʙᴄᴅᴇ`), and
+                // the order a bidi override displays (`\u{202E}edcba` reads `abcde`).
+                cured(&decoded)
+                    .split(|c: char| !c.is_alphabetic())
+                    .find_map(|word| matching(&skeleton(word)))
+            })
     });
     found.map(|i| &ids[i])
 }
@@ -292,6 +300,18 @@ fn skeleton(text: &str) -> String {
     unicode_security::confusable_detection::skeleton(&visible)
         .flat_map(char::to_lowercase)
         .collect()
+}
+
+/// `text` as decancer cures it: look-alike and fancy letters (small capitals,
+/// mathematical alphanumerics, enclosed letters) folded to plain lower case, in the
+/// order the Unicode Bidirectional Algorithm (UAX #9) displays it. Text too malformed
+/// for that algorithm is cured in its logical order.
+fn cured(text: &str) -> String {
+    use decancer::Options;
+    decancer::cure(text, Options::default())
+        .or_else(|_| decancer::cure(text, Options::default().disable_bidi()))
+        .map(|cured| cured.to_string())
+        .unwrap_or_default()
 }
 
 /// Unicode's `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt): code points
@@ -381,6 +401,19 @@ mod tests {
         ] {
             assert!(named(text).is_some(), "{text:?}");
         }
+        // Fancy text the UTS #39 skeleton leaves alone, and a bidi override that
+        // displays the id in the order a person reads it.
+        for text in [
+            "\u{1D00}\u{0299}\u{1D04}\u{1D05}\u{1D07}",
+            "yes \u{1D00}\u{0299}\u{1D04}\u{1D05}\u{1D07} please",
+            "\u{202E}edcba\u{202C}",
+        ] {
+            assert_eq!(named(text).as_deref(), Some("abcde"), "{text:?}");
+        }
+        assert_eq!(
+            named("\u{A730}\u{0262}\u{029C}\u{1D0A}\u{1D0B}").as_deref(),
+            Some("fghjk")
+        );
         // An unclosed tag hides nothing after it.
         assert_eq!(named("a < b abcde").as_deref(), Some("abcde"));
         assert_eq!(named("<p>ok</p> fghj"), None);
