@@ -224,11 +224,12 @@ const FAULTS: [(&str, Fault, Scope); 34] = [
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
-    let world = World::with_fault(scope, fault);
+    let mut world = World::with_fault(scope, fault);
     assert!(
         world.properties().iter().any(|p| p.name == name),
         "no property named {name:?}"
     );
+    world.focus = Some(name);
     let checker = world
         .checker()
         .finish_when(HasDiscoveries::AnyOf([name].into()))

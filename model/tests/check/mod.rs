@@ -504,6 +504,9 @@ pub struct World {
     pub bounds: Bounds,
     pub room_bounds: RoomBounds,
     pub fault: Option<Fault>,
+    /// Only this property is checked (a fault search looks for one counterexample:
+    /// the checker evaluates every property in every state it visits).
+    pub focus: Option<&'static str>,
 }
 
 /// A message in the world's record.
@@ -798,6 +801,7 @@ impl World {
             bounds: Bounds::pinned(scope),
             room_bounds: RoomBounds::pinned(scope),
             fault: None,
+            focus: None,
         }
     }
 
@@ -1942,7 +1946,11 @@ impl Model for World {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties()
+        let all = properties();
+        match self.focus {
+            Some(name) => all.into_iter().filter(|p| p.name == name).collect(),
+            None => all,
+        }
     }
 }
 
