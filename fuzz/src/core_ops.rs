@@ -944,6 +944,9 @@ enum Pending {
         ident: usize,
         room: RoomId,
         by: UserId,
+        /// The identity's own membership event of the room came since: the join's
+        /// outcome changes nothing (the room is as that event left it).
+        settled: bool,
     },
 }
 
@@ -2107,6 +2110,21 @@ impl World {
                 }]
             };
             let mut join = false;
+            if user == bot(i) && !matches!(membership, Membership::Invited { .. }) {
+                for (_, pending) in &mut self.pending {
+                    if let Pending::Join {
+                        ident,
+                        room: r,
+                        settled,
+                        ..
+                    } = pending
+                    {
+                        if *ident == i && *r == room {
+                            *settled = true;
+                        }
+                    }
+                }
+            }
             let expected = if user != bot(i) {
                 self.reached.other_members += 1;
                 drop(DropReason::OtherMember)
@@ -2257,9 +2275,16 @@ impl World {
                 } => {
                     self.pushed.remove(&(session.clone(), event.clone()));
                 }
-                Pending::Join { ident, room, by } => {
+                Pending::Join {
+                    ident,
+                    room,
+                    by,
+                    settled,
+                } => {
                     joins += 1;
-                    if self.rooms[*ident].get(room) == Some(&Member::Joining(by.clone())) {
+                    if !settled
+                        && self.rooms[*ident].get(room) == Some(&Member::Joining(by.clone()))
+                    {
                         self.rooms[*ident].insert(room.clone(), Member::Invited(by.clone()));
                     }
                 }
@@ -2600,10 +2625,17 @@ impl World {
                 retired: None,
                 reissued: self.reissued_ever.contains(&id),
             }),
-            // The invite is pending again, unless the room moved on meanwhile.
-            (Pending::Join { ident, room, by }, Outcome::Failed { .. })
-                if self.rooms[*ident].get(room) == Some(&Member::Joining(by.clone())) =>
-            {
+            // The invite is pending again, unless the room moved on meanwhile (the
+            // identity's own membership event of it came: the join is settled).
+            (
+                Pending::Join {
+                    ident,
+                    room,
+                    by,
+                    settled: false,
+                },
+                Outcome::Failed { .. },
+            ) if self.rooms[*ident].get(room) == Some(&Member::Joining(by.clone())) => {
                 self.rooms[*ident].insert(room.clone(), Member::Invited(by.clone()));
             }
             (Pending::Verdict { message: Some(m) }, Outcome::Sent) => {
@@ -3031,6 +3063,7 @@ impl World {
                         ident,
                         room: room.clone(),
                         by,
+                        settled: false,
                     },
                 ));
             }
