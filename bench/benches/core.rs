@@ -26,7 +26,8 @@
 //! 3. **The model check** (not under criterion: one run each, timed with
 //!    [`Instant`]): the full BFS of each scope of `model/tests/check/` (the world
 //!    `model/tests/model_check.rs` pins), with two threads. Unique states must equal
-//!    the pinned counts ([`PINNED_DELIVERY`], [`PINNED_PROMPTS`]); otherwise the bench
+//!    the pinned counts ([`Scope::pinned_states`], which the model check's tests
+//!    assert too); otherwise the bench
 //!    is not checking the pinned world, and it exits with status 1.
 //!
 //! Units: nanoseconds per input, inputs (or decodes) per second, seconds, states
@@ -73,12 +74,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Inputs per criterion iteration (and JSON decodes per baseline iteration).
 const BATCH: usize = 1_000;
-/// Unique states of the full search of [`Scope::Delivery`]: `PINNED_DELIVERY` of
-/// `model/tests/model_check.rs`, and changed with it.
-const PINNED_DELIVERY: usize = 278_842;
-/// Unique states of the full search of [`Scope::Prompts`]: `PINNED_PROMPTS` of
-/// `model/tests/model_check.rs`, and changed with it.
-const PINNED_PROMPTS: usize = 360_358;
 /// In quick mode each model check explores this many steps deep: 835 and 2,576
 /// unique states, a fraction of a second in a debug build. (`target_state_count`
 /// overshoots by tens of thousands: stateright checks it once per 1,500-state block.)
@@ -135,10 +130,8 @@ fn main() -> ExitCode {
 
     let bounded = quick || !measuring;
     let mut checks = Vec::new();
-    for (scope, pinned) in [
-        (Scope::Delivery, PINNED_DELIVERY),
-        (Scope::Prompts, PINNED_PROMPTS),
-    ] {
+    for scope in Scope::ALL {
+        let pinned = scope.pinned_states();
         let run = model_check(scope, bounded);
         if !bounded && run.unique_states != pinned {
             eprintln!(

@@ -13,17 +13,13 @@ use check::{names, witnesses, Fault, Scope, World};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 
-/// Unique states of the full search of each scope. A change to the core or the
-/// world that changes these numbers must say why in its commit.
-const PINNED_DELIVERY: usize = 278_842;
-const PINNED_PROMPTS: usize = 590_051;
-const PINNED_ROOMS: usize = 80_412;
 
 fn full_check_enabled() -> bool {
     std::env::var_os("MC_FULL_CHECK").is_some_and(|v| v == "1")
 }
 
-fn full_check(scope: Scope, pinned: usize) {
+fn full_check(scope: Scope) {
+    let pinned = scope.pinned_states();
     let world = World::new(scope);
     let properties = world.properties();
     let checker = world.checker().threads(2).spawn_bfs().join();
@@ -53,21 +49,21 @@ fn full_check(scope: Scope, pinned: usize) {
 #[test]
 fn the_delivery_scope_holds_every_invariant_over_its_full_search() {
     if full_check_enabled() {
-        full_check(Scope::Delivery, PINNED_DELIVERY);
+        full_check(Scope::Delivery);
     }
 }
 
 #[test]
 fn the_prompts_scope_holds_every_invariant_over_its_full_search() {
     if full_check_enabled() {
-        full_check(Scope::Prompts, PINNED_PROMPTS);
+        full_check(Scope::Prompts);
     }
 }
 
 #[test]
 fn the_rooms_scope_holds_every_invariant_over_its_full_search() {
     if full_check_enabled() {
-        full_check(Scope::Rooms, PINNED_ROOMS);
+        full_check(Scope::Rooms);
     }
 }
 

@@ -497,6 +497,23 @@ pub enum Scope {
     Rooms,
 }
 
+impl Scope {
+    /// Every scope, in the order the full search checks them.
+    pub const ALL: [Scope; 3] = [Scope::Delivery, Scope::Prompts, Scope::Rooms];
+
+    /// Unique states of the full search of the scope's pinned world
+    /// (`World::new(scope)`): `model/tests/model_check.rs` and the bench
+    /// (`bench/benches/core.rs`) both check against it. A change to the core or the
+    /// world that changes one must say why in its commit.
+    pub const fn pinned_states(self) -> usize {
+        match self {
+            Scope::Delivery => 278_842,
+            Scope::Prompts => 590_051,
+            Scope::Rooms => 80_412,
+        }
+    }
+}
+
 /// The checked model: scope, bounds and an optional fault.
 #[derive(Clone, Debug)]
 pub struct World {
