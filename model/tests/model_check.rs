@@ -13,7 +13,6 @@ use check::{names, witnesses, Fault, Scope, World};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 
-
 fn full_check_enabled() -> bool {
     std::env::var_os("MC_FULL_CHECK").is_some_and(|v| v == "1")
 }
