@@ -950,6 +950,14 @@ enum Pending {
     },
 }
 
+/// What one identity's prompts say of an agent's write ([`World::prompt_rules`]).
+struct PromptRules {
+    must_target: bool,
+    may_target: bool,
+    named: BTreeSet<RequestId>,
+    unsure: BTreeSet<RequestId>,
+}
+
 /// What a run reached, to show seeds are meaningful.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reached {
@@ -1956,28 +1964,12 @@ impl World {
     ) -> Vec<Allowed> {
         let state = self.channel.identity(&ident_id(i)).expect("identity");
         let held = state.prompts();
-        let held_ids: BTreeSet<RequestId> =
-            held.iter().map(|p| p.request.request_id.clone()).collect();
-        let (mut must, mut may) = (false, false);
-        for t in targets {
-            if held.iter().any(|p| p.phase.message() == Some(t)) {
-                must = true;
-            } else if let Some(rec) = self
-                .prompts
-                .iter()
-                .find(|p| p.message == *t && p.ident == i)
-            {
-                match rec.retired {
-                    Some(at) if !self.surely_remembered(i, t, at) => may = true,
-                    _ => must = true,
-                }
-            }
-        }
+        let own = self.prompt_rules(i, targets, readings);
         let mut allowed = Vec::new();
-        if must {
+        if own.must_target {
             return vec![Allowed::PromptTarget];
         }
-        if may {
+        if own.may_target {
             // Perhaps forgotten: either answer is right.
             allowed.push(Allowed::PromptTarget);
         }
@@ -1988,6 +1980,65 @@ impl World {
             if *original_sender != bot(i) {
                 allowed.push(Allowed::NotOwnMessage);
                 return allowed;
+            }
+        }
+        if !own.named.is_empty() {
+            allowed.push(Allowed::Names(
+                own.named.union(&own.unsure).cloned().collect(),
+            ));
+            return allowed;
+        }
+        if !own.unsure.is_empty() {
+            allowed.push(Allowed::Names(own.unsure));
+        }
+        if let AgentWrite::Leave { room } = write {
+            if held.iter().any(|p| p.room == *room) {
+                allowed.push(Allowed::LeavesPromptRoom);
+                return allowed;
+            }
+        }
+        // The other identity's prompts are off limits too, by the same two rules.
+        let mut certain = false;
+        for j in (0..2).filter(|j| *j != i) {
+            let other = self.prompt_rules(j, targets, readings);
+            if other.must_target || other.may_target {
+                allowed.push(Allowed::PromptTarget);
+            }
+            if !other.named.is_empty() || !other.unsure.is_empty() {
+                allowed.push(Allowed::Names(
+                    other.named.union(&other.unsure).cloned().collect(),
+                ));
+            }
+            certain |= other.must_target || !other.named.is_empty();
+        }
+        if !certain {
+            allowed.push(Allowed::Write);
+        }
+        allowed
+    }
+
+    /// What identity `j`'s prompts say of a write's targets and texts (whichever
+    /// identity's agent wrote it), by the world's records: a target that surely is
+    /// one of its prompts, or perhaps is (retired, perhaps forgotten); the open ids
+    /// the texts surely name, and those a reading may or may not see.
+    fn prompt_rules(&self, j: usize, targets: &[EventId], readings: &[Reading]) -> PromptRules {
+        let state = self.channel.identity(&ident_id(j)).expect("identity");
+        let held = state.prompts();
+        let held_ids: BTreeSet<RequestId> =
+            held.iter().map(|p| p.request.request_id.clone()).collect();
+        let (mut must_target, mut may_target) = (false, false);
+        for t in targets {
+            if held.iter().any(|p| p.phase.message() == Some(t)) {
+                must_target = true;
+            } else if let Some(rec) = self
+                .prompts
+                .iter()
+                .find(|p| p.message == *t && p.ident == j)
+            {
+                match rec.retired {
+                    Some(at) if !self.surely_remembered(j, t, at) => may_target = true,
+                    _ => must_target = true,
+                }
             }
         }
         let named: BTreeSet<RequestId> = readings
@@ -2005,21 +2056,12 @@ impl World {
         if readings.iter().any(|r| r.raw) {
             unsure.extend(held_ids.iter().cloned());
         }
-        if !named.is_empty() {
-            allowed.push(Allowed::Names(named.union(&unsure).cloned().collect()));
-            return allowed;
+        PromptRules {
+            must_target,
+            may_target,
+            named,
+            unsure,
         }
-        if !unsure.is_empty() {
-            allowed.push(Allowed::Names(unsure));
-        }
-        if let AgentWrite::Leave { room } = write {
-            if held.iter().any(|p| p.room == *room) {
-                allowed.push(Allowed::LeavesPromptRoom);
-                return allowed;
-            }
-        }
-        allowed.push(Allowed::Write);
-        allowed
     }
 
     /// An unreadable `permission_request`: the session is told, it is dropped

@@ -422,6 +422,17 @@ impl Channel {
                 ..
             } => (identity, Event::NotInput(event_id, sender, what)),
         };
+        // Every identity's prompts are off limits to every identity's agent: one
+        // identity's agent touching another's prompt, or naming its open id, is
+        // refused as its own would be (identities are isolated).
+        let foreign = match &event {
+            Event::Write(_, write) => self
+                .identities
+                .iter()
+                .filter(|(other, _)| **other != identity)
+                .find_map(|(_, other)| other.judge_prompt_rules(write).err()),
+            _ => None,
+        };
         let Some(state) = self.identities.get_mut(&identity) else {
             if let Event::Write(call, _) = event {
                 effects.push(Effect::WriteRefused {
@@ -456,7 +467,7 @@ impl Channel {
             Event::InvalidRequest(session, error) => {
                 state.on_invalid_request(session, error, &mut out)
             }
-            Event::Write(call, write) => state.on_agent_write(call, write, &mut out),
+            Event::Write(call, write) => state.on_agent_write(call, write, foreign, &mut out),
             Event::Membership(room, event_id, user, membership) => {
                 state.on_membership(room, event_id, user, membership, &mut out)
             }
@@ -1356,8 +1367,19 @@ impl IdentityState {
     /// Judges an agent's write by the rules of [`crate::agent`], in their order, and
     /// either performs it or refuses it: one transition, so nothing can change
     /// between the check and the send.
-    fn on_agent_write(&mut self, call: CallId, write: AgentWrite, out: &mut Out<'_>) {
-        match self.judge_write(&write) {
+    /// `foreign`: why another identity's prompts refuse the write, if they do
+    /// (judged by the same rules, [`IdentityState::judge_prompt_rules`]).
+    fn on_agent_write(
+        &mut self,
+        call: CallId,
+        write: AgentWrite,
+        foreign: Option<DropReason>,
+        out: &mut Out<'_>,
+    ) {
+        let judged = self
+            .judge_write(&write)
+            .and_then(|()| foreign.map_or(Ok(()), Err));
+        match judged {
             Err(reason) => out.effects.push(Effect::WriteRefused {
                 identity: out.identity.clone(),
                 call,
@@ -1382,12 +1404,11 @@ impl IdentityState {
         }
     }
 
+    /// The identity's own agent's write, by every rule, in order: no prompt
+    /// touched, only its own messages edited, no open request id named, no room of a
+    /// held prompt left.
     fn judge_write(&self, write: &AgentWrite) -> Result<(), DropReason> {
-        if write
-            .targets()
-            .into_iter()
-            .any(|t| self.is_prompt_message(t))
-        {
+        if self.targets_a_prompt(write) {
             return Err(DropReason::PromptTarget);
         }
         if let AgentWrite::Edit {
@@ -1398,15 +1419,8 @@ impl IdentityState {
                 return Err(DropReason::NotOwnMessage);
             }
         }
-        let open = self.open_request_ids();
-        if let Some(request_id) = write
-            .texts()
-            .into_iter()
-            .find_map(|text| names_request_id(text, &open))
-        {
-            return Err(DropReason::NamesOpenRequest {
-                request_id: request_id.clone(),
-            });
+        if let Some(request_id) = self.named_open_id(write) {
+            return Err(DropReason::NamesOpenRequest { request_id });
         }
         if let AgentWrite::Leave { room } = write {
             if self.prompts.iter().any(|p| p.room == *room) {
@@ -1414,6 +1428,40 @@ impl IdentityState {
             }
         }
         Ok(())
+    }
+
+    /// The rules this identity's prompts set for any agent's write, its own or
+    /// another identity's: no target is one of its prompts
+    /// ([`IdentityState::is_prompt_message`]), and no text field names one of its
+    /// open request ids ([`names_request_id`]).
+    /// Errors: `PromptTarget`, `NamesOpenRequest`.
+    pub fn judge_prompt_rules(&self, write: &AgentWrite) -> Result<(), DropReason> {
+        if self.targets_a_prompt(write) {
+            return Err(DropReason::PromptTarget);
+        }
+        match self.named_open_id(write) {
+            Some(request_id) => Err(DropReason::NamesOpenRequest { request_id }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a target of `write` (`AgentWrite::targets`) is one of this
+    /// identity's prompts.
+    fn targets_a_prompt(&self, write: &AgentWrite) -> bool {
+        write
+            .targets()
+            .into_iter()
+            .any(|t| self.is_prompt_message(t))
+    }
+
+    /// The first open request id of this identity a text field of `write` names.
+    fn named_open_id(&self, write: &AgentWrite) -> Option<RequestId> {
+        let open = self.open_request_ids();
+        write
+            .texts()
+            .into_iter()
+            .find_map(|text| names_request_id(text, &open))
+            .cloned()
     }
 
     /// A `permission_request` the server could not read: the session hears why

@@ -2043,36 +2043,58 @@ fn expected_write(probe: &Channel, seen: &Seen, spec: &WriteSpec) -> Result<(), 
     let Some(state) = probe.identity(&spec.identity.as_str().into()) else {
         return Err(DropReason::UnknownIdentity);
     };
-    if spec.targets.iter().any(|t| {
-        seen.prompt_messages
-            .contains(&(spec.identity.clone(), t.clone()))
-    }) {
+    // Whose prompt a target is, and which held id a name is, identity by identity.
+    let targets_prompt_of = |identity: &str| {
+        spec.targets.iter().any(|t| {
+            seen.prompt_messages
+                .contains(&(identity.to_owned(), t.clone()))
+        })
+    };
+    let names_held_id_of = |state: &mc_model::IdentityState| {
+        let held: BTreeSet<&str> = state
+            .prompts()
+            .iter()
+            .map(|p| p.request.request_id.as_str())
+            .collect();
+        spec.names
+            .iter()
+            .flatten()
+            .find(|id| held.contains(**id))
+            .map(|id| rid(id))
+    };
+    if targets_prompt_of(&spec.identity) {
         return Err(DropReason::PromptTarget);
     }
     if spec.own_original == Some(false) {
         return Err(DropReason::NotOwnMessage);
     }
-    let held: BTreeSet<&str> = state
-        .prompts()
-        .iter()
-        .map(|p| p.request.request_id.as_str())
-        .collect();
-    if let Some(id) = spec.names.iter().flatten().find(|id| held.contains(**id)) {
-        return Err(DropReason::NamesOpenRequest {
-            request_id: rid(id),
-        });
+    if let Some(request_id) = names_held_id_of(state) {
+        return Err(DropReason::NamesOpenRequest { request_id });
     }
     if let Some(room) = &spec.leaves {
         if state.prompts().iter().any(|p| p.room.as_str() == room) {
             return Err(DropReason::LeavesPromptRoom);
         }
     }
+    // Another identity's prompts are off limits too, by the same two rules; the
+    // first such identity (in id order) says why.
+    for (other, other_state) in probe.identities() {
+        if other.as_str() == spec.identity {
+            continue;
+        }
+        if targets_prompt_of(other.as_str()) {
+            return Err(DropReason::PromptTarget);
+        }
+        if let Some(request_id) = names_held_id_of(other_state) {
+            return Err(DropReason::NamesOpenRequest { request_id });
+        }
+    }
     Ok(())
 }
 
 /// The agent's writes: an `AgentWrite` input gets exactly one answer for its call, the
-/// oracle's; no other input gets any; no write performed touches a prompt message or
-/// names the id of a prompt held when it was judged; an unreadable
+/// oracle's; no other input gets any; no write performed touches a prompt message of
+/// any identity or names the id of a prompt any identity held when it was judged; an unreadable
 /// `permission_request` is told to its session and dropped.
 fn check_writes(probe: &Channel, seen: &Seen, input: &Input, effects: &[Effect]) {
     let answers: Vec<&Effect> = effects
@@ -2085,23 +2107,26 @@ fn check_writes(probe: &Channel, seen: &Seen, input: &Input, effects: &[Effect])
         } = effect
         {
             let spec = seen.write.as_ref().expect("a write answers a write");
+            // Any identity's prompt: identities are isolated.
             for target in write.targets() {
                 assert!(
                     !seen
                         .prompt_messages
-                        .contains(&(identity.to_string(), target.to_string())),
-                    "the agent's write touches prompt {target}: {write:?}"
+                        .iter()
+                        .any(|(_, message)| message == target.as_str()),
+                    "{identity}'s agent's write touches prompt {target}: {write:?}"
                 );
             }
-            let state = probe.identity(identity).expect("known");
-            for id in spec.names.iter().flatten() {
-                assert!(
-                    !state
-                        .prompts()
-                        .iter()
-                        .any(|p| p.request.request_id.as_str() == *id),
-                    "the agent's write names the open request {id}: {write:?}"
-                );
+            for (other, state) in probe.identities() {
+                for id in spec.names.iter().flatten() {
+                    assert!(
+                        !state
+                            .prompts()
+                            .iter()
+                            .any(|p| p.request.request_id.as_str() == *id),
+                        "{identity}'s agent's write names {other}'s open request {id}: {write:?}"
+                    );
+                }
             }
         }
     }

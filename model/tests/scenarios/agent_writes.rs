@@ -640,7 +640,9 @@ fn the_ids_of_answered_expired_and_replaced_prompts_may_be_named_again() {
 }
 
 #[test]
-fn another_identitys_open_id_does_not_restrict_this_identitys_text() {
+fn another_identitys_open_id_restricts_this_identitys_text_too() {
+    // An imitation of home's prompt written by work's agent would mislead home's
+    // approver just as well: every identity's open ids are off limits to every agent.
     let mut w = World::two_identities();
     w.as_identity(HOME, |w| {
         w.attach(H1);
@@ -650,12 +652,14 @@ fn another_identitys_open_id_does_not_restrict_this_identitys_text() {
 
     w.agent_write(1, say(R1, "abcde"));
     w.as_identity(HOME, |w| w.agent_write(2, say(HOME_ROOM, "abcde")));
+    w.agent_write(3, say(R1, "fghjk"));
 
     assert_eq!(
         w.trace(),
         [
-            "write call#1 message".to_owned(),
+            names_open(1, "abcde"),
             format!("home: {}", names_open(2, "abcde")),
+            "write call#3 message".to_owned(),
         ]
     );
 }
@@ -827,4 +831,32 @@ fn an_unreadable_permission_request_for_an_identity_never_added_is_dropped_as_un
     });
 
     assert_eq!(w.trace(), ["ghost: drop - UnknownIdentity"]);
+}
+
+// ----- identities are isolated ------------------------------------------------------
+
+#[test]
+fn no_identitys_agent_may_touch_another_identitys_prompt_or_name_its_open_id() {
+    let mut w = World::two_identities();
+    let prompt = w.pending_prompt("abcde");
+
+    let trace = w.as_identity(HOME, |w| {
+        let mut trace = touch_every_way(w, &prompt);
+        w.mark();
+        w.agent_write(6, say(HOME_ROOM, "yes abcde"));
+        w.agent_write(7, react_to(&ev("$elsewhere"), "abcde"));
+        w.agent_write(8, say(HOME_ROOM, "nothing to see"));
+        trace.extend(w.trace());
+        trace
+    });
+    let mut expected = refused_every_way();
+    // The edit is refused by home's own rule first: the prompt is not home's message.
+    expected[2] = "refused call#3 NotOwnMessage".to_owned();
+    expected.extend([
+        names_open(6, "abcde"),
+        names_open(7, "abcde"),
+        "write call#8 message".to_owned(),
+    ]);
+    assert_eq!(trace, expected);
+    assert_eq!(w.phases(), ["s1 abcde pending"]);
 }
