@@ -1911,14 +1911,46 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             ident.members().contains(&sender)
                 && !(real && (sender == Who::Bot || kind == Odd::Topic && sender != Who::Ann))
         }
-        // In process only (conformance/skip.txt).
-        Action::Membership { ident, change, .. } => {
-            !real
-                && match change {
-                    Change::Leave => true,
-                    Change::Invite { by } => ident.members().contains(&by) && by != Who::Bot,
-                }
+        // In process anything; on a real homeserver only what Synapse takes and the
+        // ideal wire stands for (`real_membership_possible`).
+        Action::Membership {
+            ident,
+            room,
+            change,
+        } => {
+            let person = match change {
+                Change::Leave => true,
+                Change::Invite { by } => ident.members().contains(&by) && by != Who::Bot,
+            };
+            person && (!real || real_membership_possible(world, ident, room, change))
         }
+    }
+}
+
+/// On a real homeserver: a leave of a joined room (or the refusal of a pending
+/// invite), and an invite to a room the identity left; Synapse refuses an invite of a
+/// member and a leave of a room one is not in. Never a leave of the permission room
+/// or of a room the identity posted a prompt in: a prompt post or an edit there
+/// would then fail (403), and the reference's wire takes every post.
+fn real_membership_possible(world: &World, ident: Ident, room: u8, change: Change) -> bool {
+    let id = ident.room(room);
+    let state = world
+        .channel
+        .identity(&ident.id())
+        .and_then(|s| s.rooms().get(&id));
+    match change {
+        Change::Leave => match state {
+            Some(mc_model::RoomState::Invited { .. }) => true,
+            Some(mc_model::RoomState::Joined) => {
+                ident.config(Mode::Real).permission_room.as_ref() != Some(&id)
+                    && !world
+                        .events
+                        .iter()
+                        .any(|e| e.kind == EvKind::Prompt && e.ident == ident && e.room == id)
+            }
+            _ => false,
+        },
+        Change::Invite { .. } => state == Some(&mc_model::RoomState::Left),
     }
 }
 
@@ -1930,9 +1962,28 @@ pub fn precondition(world: &World, action: &Action) -> bool {
 /// is no moderator), no thread on an event that has a relation.
 fn agent_write_possible(world: &World, ident: Ident, op: AgentOp) -> bool {
     let real = world.mode == Mode::Real;
-    let Some((_, write)) = world.agent_write(ident, op) else {
+    let Some((writer, write)) = world.agent_write(ident, op) else {
         return false;
     };
+    // The tools answer `not_joined` for a room the identity is not in before they ask
+    // the model (the in-process adapter hands the model the write directly).
+    let room = match &write {
+        AgentWrite::Message { room, .. }
+        | AgentWrite::Edit { room, .. }
+        | AgentWrite::Reaction { room, .. }
+        | AgentWrite::Redaction { room, .. } => Some(room),
+        _ => None,
+    };
+    let joined = |room: &RoomId| {
+        world
+            .channel
+            .identity(&writer.id())
+            .and_then(|s| s.rooms().get(room))
+            == Some(&mc_model::RoomState::Joined)
+    };
+    if real && !room.is_none_or(joined) {
+        return false;
+    }
     let Some(t) = world.agent_target(op) else {
         return true;
     };
@@ -2399,6 +2450,24 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             proptest::strategy::Union::new_weighted(restarts).boxed(),
         ));
     }
+    // A real leave: of the rooms Synapse and the reference's wire allow.
+    let leavable: Vec<(Ident, u8)> = Ident::ALL
+        .into_iter()
+        .flat_map(|i| (0..i.rooms().len() as u8).map(move |n| (i, n)))
+        .filter(|&(i, n)| real && real_membership_possible(world, i, n, Change::Leave))
+        .collect();
+    if !leavable.is_empty() {
+        options.push((
+            2,
+            pick(leavable)
+                .prop_map(|(ident, room)| Action::Membership {
+                    ident,
+                    room,
+                    change: Change::Leave,
+                })
+                .boxed(),
+        ));
+    }
     if !real {
         options.push((
             1,
@@ -2429,21 +2498,27 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                 .boxed(),
         ));
     }
-    // Invites to the rooms the identity left (or was never let into).
+    // Invites to the rooms the identity left (or was never let into); on a real
+    // homeserver, to the rooms it left only (Synapse refuses to invite a member).
     let left: Vec<(Ident, u8)> = Ident::ALL
         .into_iter()
         .flat_map(|i| (0..i.rooms().len() as u8).map(move |n| (i, n)))
         .filter(|(i, n)| {
-            world
+            let state = world
                 .channel
                 .identity(&i.id())
-                .and_then(|s| s.rooms().get(&i.room(*n)))
-                != Some(&mc_model::RoomState::Joined)
+                .and_then(|s| s.rooms().get(&i.room(*n)));
+            if real {
+                state == Some(&mc_model::RoomState::Left)
+            } else {
+                state != Some(&mc_model::RoomState::Joined)
+            }
         })
         .collect();
-    if !real && !left.is_empty() {
+    if !left.is_empty() {
+        // For real, soon after the leave: the sequence is short.
         options.push((
-            2,
+            if real { 8 } else { 2 },
             (pick(left), pick(vec![Who::Ann, Who::Carl, Who::Eve]))
                 .prop_map(|((ident, room), by)| Action::Membership {
                     ident,

@@ -37,6 +37,10 @@ use std::time::{Duration, Instant};
 /// How long to wait for more after what the model predicts has arrived.
 const QUIET: Duration = Duration::from_millis(400);
 
+/// How long an invite the server must refuse is watched for a join (a join on an
+/// allowed sender's invite takes about 200 ms here).
+const REFUSED: Duration = Duration::from_millis(1500);
+
 fn cases() -> u32 {
     std::env::var("MC_CONFORMANCE_REAL_CASES")
         .ok()
@@ -645,8 +649,68 @@ impl Adapter for Real {
         Err("redeliver is in-process only (conformance/skip.txt)".to_owned())
     }
 
-    fn membership(&mut self, _: &World, _: &Ident, _: &u8, _: &Change) -> Result<(), String> {
-        Err("membership is in-process only (conformance/skip.txt)".to_owned())
+    /// A leave is the bot's own (its account's token, not the server's device: a
+    /// leave the server did not ask for). An invite is the inviter's; the server joins
+    /// on it or not, which Synapse's membership of the bot shows: polled until it
+    /// joins (`WAIT` when the reference predicts the join, `REFUSED` when not).
+    fn membership(
+        &mut self,
+        world: &World,
+        ident: &Ident,
+        room: &u8,
+        change: &Change,
+    ) -> Result<(), String> {
+        let sym = ident.room(*room);
+        let real_room = self.real_id(&sym.0)?;
+        let bot = match ident {
+            Ident::A => self.bot_a.clone(),
+            Ident::B => self.bot_b.clone(),
+        };
+        let path = |what: &str| {
+            format!(
+                "/_matrix/client/v3/rooms/{}/{what}",
+                harness::human::enc(&real_room)
+            )
+        };
+        match change {
+            Change::Leave => runtime().block_on(async {
+                Human::from_account(bot)
+                    .await
+                    .call(reqwest::Method::POST, &path("leave"), Some(&json!({})))
+                    .await;
+            }),
+            Change::Invite { by } => {
+                let inviter = self.human(*by)?;
+                let predicted = world.expected.iter().any(
+                    |o| matches!(o, Observation::Joined { ident: i, room: r } if i == ident && *r == sym),
+                );
+                let member = path(&format!(
+                    "state/m.room.member/{}",
+                    harness::human::enc(&bot.user_id)
+                ));
+                let joined = runtime().block_on(async {
+                    inviter.invite(&real_room, &bot.user_id).await;
+                    let deadline = Instant::now() + if predicted { WAIT } else { REFUSED };
+                    loop {
+                        let state = inviter.request(reqwest::Method::GET, &member, None).await;
+                        if state.is_ok_and(|s| s["membership"] == "join") {
+                            return true;
+                        }
+                        if Instant::now() > deadline {
+                            return false;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+                if joined {
+                    self.answers.push(Observation::Joined {
+                        ident: *ident,
+                        room: sym,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A custom event type is sent as any message-like event; a topic with a state
