@@ -508,7 +508,9 @@ impl Scope {
     pub const fn pinned_states(self) -> usize {
         match self {
             Scope::Delivery => 278_842,
-            Scope::Prompts => 590_051,
+            // 590,051 until A's agent's writes were judged against B's prompts too
+            // (identities are isolated): more states tell a refusal apart.
+            Scope::Prompts => 590_564,
             Scope::Rooms => 80_412,
         }
     }
@@ -2693,21 +2695,18 @@ fn reads_as(text: &str, rid: Rid) -> bool {
 }
 
 /// Judges an agent's write the core performed or refused against the world's record:
-/// which events are prompts (every prompt A ever posted), which request ids are open
-/// (their prompt's message shows no outcome yet), whose message an edit changes.
+/// which events are prompts (every prompt A or B ever posted: identities are
+/// isolated, so A's agent may touch neither's), which request ids are open (their
+/// prompt's message shows no outcome yet), whose message an edit changes.
 /// A performed write is recorded (a message becomes one of the world's messages).
 fn judge_agent_write(s: &mut State, write: &AgentWrite, performed: bool) {
     let targets = sent_targets(write);
-    let touches_prompt = targets.iter().any(|t| {
-        s.prompts
-            .iter()
-            .any(|p| p.ident == Ident::A && p.message == *t)
-    });
-    let names_open = sent_texts(write).into_iter().any(|text| {
-        s.prompts
-            .iter()
-            .any(|p| p.ident == Ident::A && p.open && reads_as(text, p.rid))
-    });
+    let touches_prompt = targets
+        .iter()
+        .any(|t| s.prompts.iter().any(|p| p.message == *t));
+    let names_open = sent_texts(write)
+        .into_iter()
+        .any(|text| s.prompts.iter().any(|p| p.open && reads_as(text, p.rid)));
     let foreign_edit = match write {
         AgentWrite::Edit { original, .. } => !s
             .messages
