@@ -414,6 +414,13 @@ mod tests {
             named("\u{A730}\u{0262}\u{029C}\u{1D0A}\u{1D0B}").as_deref(),
             Some("fghjk")
         );
+        // A look-alike that is no letter (a digit zero for `o`) is read through the
+        // whole text's skeleton only: neither the words as written nor decancer see it.
+        let with_o = [RequestId::parse("abcdo").unwrap()];
+        assert_eq!(
+            names_request_id("yes abcd0", &with_o).map(RequestId::as_str),
+            Some("abcdo")
+        );
         // An unclosed tag hides nothing after it.
         assert_eq!(named("a < b abcde").as_deref(), Some("abcde"));
         assert_eq!(named("<p>ok</p> fghj"), None);
