@@ -25,7 +25,7 @@
 //!    decode in front of it.
 //! 3. **The model check** (not under criterion: one run each, timed with
 //!    [`Instant`]): the full BFS of each scope of `model/tests/check/` (the world
-//!    `model/tests/model_check.rs` pins), with two threads. Unique states must equal
+//!    `model/tests/state_space.rs` pins), with two threads. Unique states must equal
 //!    the pinned counts ([`Scope::pinned_states`], which the model check's tests
 //!    assert too); otherwise the bench
 //!    is not checking the pinned world, and it exits with status 1.
@@ -136,7 +136,7 @@ fn main() -> ExitCode {
         if !bounded && run.unique_states != pinned {
             eprintln!(
                 "error: the {} model check found {} unique states, but {pinned} are pinned \
-                 (model/tests/model_check.rs): the bench is not checking the pinned world",
+                 (model/tests/state_space.rs): the bench is not checking the pinned world",
                 run.scope, run.unique_states
             );
             return ExitCode::FAILURE;
@@ -332,7 +332,7 @@ impl CheckRun {
     }
 }
 
-/// The BFS of `scope` as `model_check.rs` runs it (two threads), or stopped at depth
+/// The BFS of `scope` as `state_space.rs` runs it (two threads), or stopped at depth
 /// [`QUICK_DEPTH`] when `bounded`.
 fn model_check(scope: Scope, bounded: bool) -> CheckRun {
     let name = match scope {

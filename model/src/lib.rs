@@ -32,7 +32,7 @@
 //!
 //! # The model check
 //! `tests/check/mod.rs` is a stateright model of a bounded world that calls this
-//! very [`Channel::handle`]; `tests/model_check.rs` runs it. See the README.
+//! very [`Channel::handle`]; `tests/state_space.rs` runs it. See the README.
 
 pub mod agent;
 pub mod classify;

@@ -12,7 +12,7 @@
 //! clear. Each has a `sometimes` partner showing that the good path is reachable.
 //!
 //! A [`Fault`] makes the world (the adapters around the core, or the operator's
-//! settings) misbehave in one deliberate way; the tests in `tests/model_check.rs`
+//! settings) misbehave in one deliberate way; the tests in `tests/state_space.rs`
 //! switch each on and assert the checker finds the matching counterexample, so no
 //! property holds because nothing happens.
 //!
@@ -502,7 +502,7 @@ impl Scope {
     pub const ALL: [Scope; 3] = [Scope::Delivery, Scope::Prompts, Scope::Rooms];
 
     /// Unique states of the full search of the scope's pinned world
-    /// (`World::new(scope)`): `model/tests/model_check.rs` and the bench
+    /// (`World::new(scope)`): `model/tests/state_space.rs` and the bench
     /// (`bench/benches/core.rs`) both check against it. A change to the core or the
     /// world that changes one must say why in its commit.
     pub const fn pinned_states(self) -> usize {
