@@ -3,6 +3,7 @@
 use anyhow::{anyhow, Context as _};
 use clap::{Parser, Subcommand};
 use mc_server::config::Config;
+use mc_server::crypto::DeviceTrust;
 use mc_server::store::{Store, StoreLock};
 use std::io::BufRead as _;
 use std::path::PathBuf;
@@ -27,11 +28,20 @@ struct Cli {
 enum Command {
     /// Serve MCP over streamable HTTP (`/mcp` and `/channel`).
     Serve,
-    /// Log an identity in to its homeserver with a password, once. The password is
-    /// read from MATRIX_CHANNEL_PASSWORD, or else from the first line of stdin.
+    /// Log an identity in to its homeserver with a password, once, and set up
+    /// cross-signing for the account if it has none (so clients that share room keys
+    /// only with cross-signed devices talk to it). The password is read from
+    /// MATRIX_CHANNEL_PASSWORD, or else from the first line of stdin, and not stored.
+    /// On an identity already logged in it only completes cross-signing.
     Login {
         #[arg(long)]
         identity: String,
+    },
+    /// Server-side key backup and secret storage with a recovery key (run while
+    /// `serve` is stopped).
+    Recovery {
+        #[command(subcommand)]
+        command: RecoveryCommand,
     },
     /// Bearer tokens for MCP clients.
     Token {
@@ -61,9 +71,37 @@ enum TokenCommand {
 }
 
 #[derive(Subcommand)]
+enum RecoveryCommand {
+    /// Turn on key backup and secret storage for the identity's account; the
+    /// recovery key is printed once on stdout (alone on its line) and not stored.
+    Enable {
+        #[arg(long)]
+        identity: String,
+    },
+    /// Restore on this store with the recovery key: the cross-signing keys (this
+    /// device gets signed) and the backed-up room keys (encrypted history reads). The
+    /// key is read from --key-file, or else from the first line of stdin; never from
+    /// the command line.
+    Restore {
+        #[arg(long)]
+        identity: String,
+        /// A file holding the recovery key (surrounding whitespace is ignored).
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 enum ConfigCommand {
     /// Validate the config (file and environment) and say exactly what is wrong.
     Check,
+}
+
+fn restore_advice(identity: &str) -> String {
+    format!(
+        "the account's cross-signing keys were made elsewhere: sign this device with \
+         `matrix-channel recovery restore --identity {identity}` (recovery key on stdin)"
+    )
 }
 
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {
@@ -96,6 +134,42 @@ fn read_password() -> anyhow::Result<String> {
         ));
     }
     Ok(password)
+}
+
+fn read_recovery_key(file: Option<&std::path::Path>) -> anyhow::Result<String> {
+    let text = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the recovery key from {}", path.display()))?,
+        None => {
+            let mut line = String::new();
+            std::io::stdin()
+                .lock()
+                .read_line(&mut line)
+                .context("reading the recovery key from stdin")?;
+            line
+        }
+    };
+    let key = text.trim().to_string();
+    if key.is_empty() {
+        return Err(anyhow!(
+            "no recovery key: write it on stdin or pass --key-file"
+        ));
+    }
+    Ok(key)
+}
+
+/// The identity's restored client for a one-off command, with the store locked.
+async fn restored_client(
+    config: &Config,
+    identity: &str,
+    what: &str,
+) -> anyhow::Result<(matrix_sdk::Client, StoreLock)> {
+    known_identity(config, identity)?;
+    let store = Store::open(&config.store_dir)?;
+    let lock = StoreLock::acquire(&config.store_dir, what)?;
+    let settings = &config.identities[identity];
+    let (restored, _) = mc_server::matrix::restore_client(&store, identity, settings).await?;
+    Ok((restored.client, lock))
 }
 
 fn known_identity(config: &Config, identity: &str) -> anyhow::Result<()> {
@@ -143,19 +217,67 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             init_logs(&config.log);
             known_identity(&config, &identity)?;
             let store = Store::open(&config.store_dir)?;
+            let settings = &config.identities[&identity];
             if mc_server::matrix::is_logged_in(&store, &identity)? {
-                println!("identity {identity} is already logged in");
+                let (client, _lock) = restored_client(&config, &identity, "login").await?;
+                let trust = match mc_server::crypto::device_trust(&client).await? {
+                    DeviceTrust::NoCrossSigning => {
+                        let password = read_password()?;
+                        mc_server::crypto::bootstrap_cross_signing(&client, &password)
+                            .await
+                            .with_context(|| format!("identity {identity}: cross-signing"))?
+                    }
+                    trust => trust,
+                };
+                println!("identity {identity} is already logged in; its device is {trust}");
+                if trust == DeviceTrust::NotSigned {
+                    println!("{}", restore_advice(&identity));
+                }
                 return Ok(());
             }
             // Not while `serve` (or another login) runs on this store.
             let _lock = StoreLock::acquire(&config.store_dir, "login")?;
             let password = read_password()?;
-            let settings = &config.identities[&identity];
-            let device = mc_server::matrix::login(&store, &identity, settings, &password).await?;
+            let done = mc_server::matrix::login(&store, &identity, settings, &password).await?;
             println!(
-                "identity {identity}: logged in as {} (device {device})",
-                settings.user_id
+                "identity {identity}: logged in as {} (device {}); the device is {}",
+                settings.user_id, done.device, done.trust
             );
+            if done.trust == DeviceTrust::NotSigned {
+                println!("{}", restore_advice(&identity));
+            }
+            Ok(())
+        }
+        Command::Recovery { command } => {
+            let config = load(&cli.config)?;
+            init_logs(&config.log);
+            match command {
+                RecoveryCommand::Enable { identity } => {
+                    let (client, _lock) =
+                        restored_client(&config, &identity, "recovery enable").await?;
+                    let key = mc_server::crypto::enable_recovery(&client)
+                        .await
+                        .with_context(|| format!("identity {identity}"))?;
+                    eprintln!(
+                        "identity {identity}: key backup and secret storage are on. The recovery \
+                         key follows on stdout, once: keep it safe (it is not stored), and \
+                         restore a new store with `matrix-channel recovery restore --identity \
+                         {identity}`."
+                    );
+                    println!("{key}");
+                }
+                RecoveryCommand::Restore { identity, key_file } => {
+                    let key = read_recovery_key(key_file.as_deref())?;
+                    let (client, _lock) =
+                        restored_client(&config, &identity, "recovery restore").await?;
+                    let trust = mc_server::crypto::restore_recovery(&client, &key)
+                        .await
+                        .with_context(|| format!("identity {identity}"))?;
+                    println!(
+                        "identity {identity}: restored from secret storage; the device is {trust}"
+                    );
+                }
+            }
             Ok(())
         }
         Command::Token { command } => {

@@ -81,6 +81,7 @@ pub async fn build_client(
         .homeserver_url(&settings.homeserver)
         .sqlite_store(&dir, None)
         .respect_login_well_known(false)
+        .with_encryption_settings(crate::crypto::encryption_settings())
         .build()
         .await
         .with_context(|| format!("identity {name}: building the Matrix client"))
@@ -113,17 +114,26 @@ fn set_aside_orphaned_store(store: &Store, name: &str) -> anyhow::Result<Option<
     Ok(Some(aside))
 }
 
+/// What [`login`] did: the new device's id and its cross-signing state.
+pub struct LoggedIn {
+    pub device: String,
+    pub trust: crate::crypto::DeviceTrust,
+}
+
 /// Logs the identity in with a password, once: a new device whose session and keys
-/// persist in the identity's store. Returns the device id.
+/// persist in the identity's store; then bootstraps cross-signing with the same
+/// password if the account has none ([`crate::crypto::bootstrap_cross_signing`]), so
+/// the device is signed by its own self-signing key. The password is not stored.
 /// Errors: wrong password or user (the homeserver's message), unreachable homeserver,
-/// or an existing session (log in again only with a fresh store: reusing a device id
-/// with a new crypto store forks its keys).
+/// an existing session (log in again only with a fresh store: reusing a device id
+/// with a new crypto store forks its keys), or cross-signing refused (the session is
+/// kept: `login` again completes it).
 pub async fn login(
     store: &Store,
     name: &str,
     settings: &IdentitySettings,
     password: &str,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<LoggedIn> {
     if is_logged_in(store, name)? {
         return Err(anyhow!("identity {name} is already logged in"));
     }
@@ -160,7 +170,15 @@ pub async fn login(
         sync_token: None,
     };
     store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
-    Ok(device)
+    let trust = crate::crypto::bootstrap_cross_signing(&client, password)
+        .await
+        .with_context(|| {
+            format!(
+                "identity {name}: logged in as device {device}, but setting up cross-signing \
+                 failed (run `matrix-channel login --identity {name}` again to retry)"
+            )
+        })?;
+    Ok(LoggedIn { device, trust })
 }
 
 /// A logged-in identity, syncing.
@@ -171,9 +189,22 @@ pub struct Identity {
     pub settings: IdentitySettings,
 }
 
+/// Restores the identity's session on its store for `serve`, and checks in the
+/// background that its device is cross-signed: when it is not, the log says what to
+/// run ([`warn_if_not_cross_signed`]). Errors: those of [`restore_client`].
+pub async fn restore(
+    store: &Store,
+    name: &str,
+    settings: &IdentitySettings,
+) -> anyhow::Result<(Identity, bool)> {
+    let restored = restore_client(store, name, settings).await?;
+    tokio::spawn(warn_if_not_cross_signed(restored.0.clone()));
+    Ok(restored)
+}
+
 /// Restores the identity's session on its store. Errors: not logged in (run
 /// `matrix-channel login`), or the store cannot be opened.
-pub async fn restore(
+pub async fn restore_client(
     store: &Store,
     name: &str,
     settings: &IdentitySettings,
@@ -473,6 +504,35 @@ pub async fn fetch_raw(room: &Room, event_id: &str) -> Option<String> {
         Err(e) => {
             tracing::debug!(%event_id, "fetching an event failed: {e}");
             None
+        }
+    }
+}
+
+/// Logs what a strict client needs when the identity's device is not cross-signed
+/// (MSC4153: such clients share no room keys with it), and the command that fixes it.
+pub async fn warn_if_not_cross_signed(identity: Identity) {
+    use crate::crypto::DeviceTrust;
+    let name = &identity.name;
+    match crate::crypto::device_trust(&identity.client).await {
+        Ok(DeviceTrust::CrossSigned) => {
+            tracing::info!(identity = %name, "the device is cross-signed by its own identity")
+        }
+        Ok(DeviceTrust::NoCrossSigning) => tracing::warn!(
+            identity = %name,
+            "the account has no cross-signing keys, so clients that share room keys only with \
+             cross-signed devices (Element's \"exclude insecure devices\") send this device \
+             none: stop the server and run `matrix-channel login --identity {name}` (it asks \
+             for the password once and sets up cross-signing)"
+        ),
+        Ok(DeviceTrust::NotSigned) => tracing::warn!(
+            identity = %name,
+            "the account has cross-signing keys that this store does not hold, so this device \
+             is not cross-signed and strict clients send it no room keys: stop the server and \
+             run `matrix-channel recovery restore --identity {name}` with the recovery key on \
+             stdin"
+        ),
+        Err(e) => {
+            tracing::warn!(identity = %name, "could not read the device's cross-signing state: {e:#}")
         }
     }
 }
