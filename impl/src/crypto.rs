@@ -18,6 +18,7 @@
 use anyhow::{anyhow, Context as _};
 use matrix_sdk::encryption::recovery::RecoveryError;
 use matrix_sdk::encryption::{BackupDownloadStrategy, EncryptionSettings};
+use matrix_sdk::ruma::api::client::keys::get_keys;
 use matrix_sdk::ruma::api::client::uiaa;
 use matrix_sdk::Client;
 use std::fmt;
@@ -69,9 +70,9 @@ impl fmt::Display for DeviceTrust {
     }
 }
 
-/// Reads the device's trust from the homeserver (a `/keys/query` for the own user
-/// when the store has not seen its identity yet). Errors: the homeserver cannot be
-/// reached, or the client has no crypto store (not logged in).
+/// Reads the device's trust from the homeserver (`POST /keys/query` for the own
+/// user, so it is what others see). Errors: the homeserver cannot be reached, or the
+/// client has no crypto store (not logged in).
 pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
     let encryption = client.encryption();
     encryption.wait_for_e2ee_initialization_tasks().await;
@@ -79,16 +80,23 @@ pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
         .user_id()
         .ok_or_else(|| anyhow!("the client is not logged in"))?
         .to_owned();
-    let identity = match encryption.get_user_identity(&user_id).await? {
-        Some(identity) => Some(identity),
-        None => encryption
-            .request_user_identity(&user_id)
-            .await
-            .context("reading the account's cross-signing keys (/keys/query)")?,
-    };
-    if identity.is_none() {
+    // Whether the account has a master key at all, asked without the crypto store: a
+    // store-updating query before this device's keys are uploaded (right after a
+    // login) makes the SDK warn that the device "might have been deleted".
+    let mut request = get_keys::v3::Request::new();
+    request.device_keys.insert(user_id.clone(), Vec::new());
+    let response = client
+        .send(request)
+        .await
+        .context("reading the account's cross-signing keys (/keys/query)")?;
+    if !response.master_keys.contains_key(&user_id) {
         return Ok(DeviceTrust::NoCrossSigning);
     }
+    // The SDK's own reading of the signatures (a fresh query into the store).
+    encryption
+        .request_user_identity(&user_id)
+        .await
+        .context("reading the account's cross-signing identity (/keys/query)")?;
     let device = encryption
         .get_own_device()
         .await?
@@ -235,4 +243,112 @@ pub async fn restore_recovery(client: &Client, recovery_key: &str) -> anyhow::Re
         }
     }
     device_trust(client).await
+}
+
+/// Drops two kinds of matrix-sdk log lines that report no fault (a `tracing` layer
+/// whose `event_enabled` vetoes them for every layer):
+///
+/// - ERROR `matrix_sdk::http_client` "Error while sending request" with a `404` and
+///   "Account data not found": matrix-sdk's recovery set-up reads account data such
+///   as `m.secret_storage.default_key` at every start, and its HTTP client logs every
+///   non-2xx answer at ERROR; 404 is how the homeserver says "not set" ("Secret
+///   storage": no default key means no secret storage).
+/// - WARN `matrix_sdk_crypto::backups` "Trying to backup room keys but no backup key
+///   was found": matrix-sdk triggers a backup after every sync response, also when no
+///   backup is configured. [`crate::matrix::report_device_state`] says once at start
+///   whether key backup is on.
+pub struct SdkNoise;
+
+impl SdkNoise {
+    /// Whether the event is one of the lines above.
+    pub fn is_noise(event: &tracing::Event<'_>) -> bool {
+        let meta = event.metadata();
+        let kind = match (meta.target(), *meta.level()) {
+            ("matrix_sdk::http_client", tracing::Level::ERROR) => 0,
+            ("matrix_sdk_crypto::backups", tracing::Level::WARN) => 1,
+            _ => return false,
+        };
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        let message = message.0;
+        if kind == 0 {
+            message.starts_with("Error while sending request")
+                && message.contains("status_code: 404")
+                && message.contains("\"Account data not found\"")
+        } else {
+            message == "Trying to backup room keys but no backup key was found"
+        }
+    }
+}
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SdkNoise {
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _cx: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        !SdkNoise::is_noise(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_sdks_unset_account_data_404s_and_backup_warnings_are_dropped_and_nothing_else() {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish()
+            .with(SdkNoise);
+        tracing::subscriber::with_default(subscriber, || {
+            let e = r#"Api(Server(MatrixError(Error { status_code: 404, body: Standard(StandardErrorBody { kind: NotFound, message: "Account data not found" }) })))"#;
+            tracing::error!(target: "matrix_sdk::http_client", "Error while sending request: {e}");
+            tracing::warn!(target: "matrix_sdk_crypto::backups", "Trying to backup room keys but no backup key was found");
+            // Kept: another status, another message, another target or level.
+            let forbidden = r#"Api(Server(MatrixError(Error { status_code: 403, body: Standard(StandardErrorBody { kind: Forbidden, message: "Invalid password" }) })))"#;
+            tracing::error!(target: "matrix_sdk::http_client", "Error while sending request: {forbidden}");
+            let room = r#"Api(Server(MatrixError(Error { status_code: 404, body: Standard(StandardErrorBody { kind: NotFound, message: "Room not found" }) })))"#;
+            tracing::error!(target: "matrix_sdk::http_client", "Error while sending request: {room}");
+            tracing::error!(target: "matrix_sdk::other", "Error while sending request: {e}");
+            tracing::warn!(target: "matrix_sdk_crypto::backups", "Trying to backup room keys but the backup key wasn't uploaded");
+            tracing::error!(target: "matrix_sdk_crypto::backups", "Trying to backup room keys but no backup key was found");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        assert!(lines[0].contains("Invalid password"), "{text}");
+        assert!(lines[1].contains("Room not found"), "{text}");
+        assert!(lines[2].contains("matrix_sdk::other"), "{text}");
+        assert!(lines[3].contains("wasn't uploaded"), "{text}");
+        assert!(lines[4].contains("ERROR"), "{text}");
+    }
 }

@@ -191,14 +191,14 @@ pub struct Identity {
 
 /// Restores the identity's session on its store for `serve`, and checks in the
 /// background that its device is cross-signed: when it is not, the log says what to
-/// run ([`warn_if_not_cross_signed`]). Errors: those of [`restore_client`].
+/// run ([`report_device_state`]). Errors: those of [`restore_client`].
 pub async fn restore(
     store: &Store,
     name: &str,
     settings: &IdentitySettings,
 ) -> anyhow::Result<(Identity, bool)> {
     let restored = restore_client(store, name, settings).await?;
-    tokio::spawn(warn_if_not_cross_signed(restored.0.clone()));
+    tokio::spawn(report_device_state(restored.0.clone()));
     Ok(restored)
 }
 
@@ -441,8 +441,9 @@ impl RoomView for Room {
 /// Decodes one timeline event into its model input, resolving what the model
 /// cannot: a reply's parent (fetched from the homeserver) and the sender's display
 /// name. Every event is one input: a membership ([`Input::Membership`]), and what is
-/// no input of the core's (state, encrypted, other types, malformed, or not even a
-/// readable envelope) as [`Input::NotInput`], which the model drops with its reason.
+/// no input of the core's (state, other types, malformed, or not even a readable
+/// envelope) as [`Input::NotInput`], which the model drops with its reason. An event
+/// the SDK could not decrypt is [`Input::Undecryptable`].
 pub async fn timeline_input(identity: &IdentityId, room: &impl RoomView, raw: &str) -> Input {
     let decoded = match decode::decode_timeline_event(&room.id(), raw) {
         Ok(decoded) => decoded,
@@ -486,6 +487,13 @@ pub async fn timeline_input(identity: &IdentityId, room: &impl RoomView, raw: &s
             user: member.user,
             membership: member.membership,
         },
+        Decoded::Undecryptable(mut event) => {
+            event.sender_name = room.display_name(&event.sender.0).await;
+            Input::Undecryptable {
+                identity: identity.clone(),
+                event,
+            }
+        }
         Decoded::Ignored(ignored) => Input::NotInput {
             identity: identity.clone(),
             room: room.id(),
@@ -508,11 +516,26 @@ pub async fn fetch_raw(room: &Room, event_id: &str) -> Option<String> {
     }
 }
 
-/// Logs what a strict client needs when the identity's device is not cross-signed
-/// (MSC4153: such clients share no room keys with it), and the command that fixes it.
-pub async fn warn_if_not_cross_signed(identity: Identity) {
+/// Logs, once at start, whether the identity's device is cross-signed (when it is
+/// not, strict clients share no room keys with it (MSC4153), and the line names the
+/// command that fixes it) and whether server-side key backup is on.
+pub async fn report_device_state(identity: Identity) {
     use crate::crypto::DeviceTrust;
     let name = &identity.name;
+    identity
+        .client
+        .encryption()
+        .wait_for_e2ee_initialization_tasks()
+        .await;
+    if identity.client.encryption().backups().are_enabled().await {
+        tracing::info!(identity = %name, "key backup is on: new room keys go to the homeserver's backup");
+    } else {
+        tracing::info!(
+            identity = %name,
+            "key backup is off: room keys live only in this store (`matrix-channel recovery \
+             enable --identity {name}` turns it on)"
+        );
+    }
     match crate::crypto::device_trust(&identity.client).await {
         Ok(DeviceTrust::CrossSigned) => {
             tracing::info!(identity = %name, "the device is cross-signed by its own identity")
