@@ -478,6 +478,7 @@ fn kind(input: &Input) -> &'static str {
         Input::Restarted => "restarts",
         Input::Membership { .. } => "memberships",
         Input::NotInput { .. } => "events that are no input",
+        Input::Undecryptable { .. } => "undecryptable events",
     }
 }
 

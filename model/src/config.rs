@@ -68,6 +68,24 @@ pub struct IdentityConfig {
     /// of them, see [`crate::agent`]); older ones are forgotten.
     #[serde(default = "default_prompt_memory")]
     pub prompt_memory: usize,
+    /// How long an undecryptable event from an allowed sender waits for its room key
+    /// before the sessions are told it exists, in milliseconds (see
+    /// `Input::Undecryptable`). 0 tells them at once.
+    #[serde(default = "default_undecryptable_grace_ms")]
+    pub undecryptable_grace_ms: Millis,
+    /// Whether the sender is also told in the room (a notice in reply to the event)
+    /// when the grace period ends without the key.
+    #[serde(default)]
+    pub undecryptable_notice: bool,
+}
+
+/// The default of [`IdentityConfig::undecryptable_grace_ms`]: 30 s. A room key
+/// usually comes in the same sync as the event or the next one; a key that a client
+/// withholds (it shares only with verified devices) never comes.
+pub const DEFAULT_UNDECRYPTABLE_GRACE_MS: Millis = 30_000;
+
+fn default_undecryptable_grace_ms() -> Millis {
+    DEFAULT_UNDECRYPTABLE_GRACE_MS
 }
 
 fn default_prompt_memory() -> usize {
@@ -117,6 +135,8 @@ impl IdentityConfig {
             quote_cap_chars: DEFAULT_QUOTE_CAP_CHARS,
             log_cap: DEFAULT_LOG_CAP,
             prompt_memory: DEFAULT_PROMPT_MEMORY,
+            undecryptable_grace_ms: DEFAULT_UNDECRYPTABLE_GRACE_MS,
+            undecryptable_notice: false,
         }
     }
 

@@ -8,12 +8,14 @@ use crate::effect::{
 };
 use crate::event::{
     Input, Membership, Message, MsgType, Outcome, PermissionRequest, Reaction, Redaction,
+    Undecryptable,
 };
 use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 use crate::meta::MetaKey;
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
 use crate::render::{
-    render_edit, render_message, render_reaction, render_replay_cut, render_retraction, PushKind,
+    render_edit, render_message, render_reaction, render_replay_cut, render_retraction,
+    render_undecryptable, undecryptable_notice_text, PushKind,
 };
 use crate::verdict::{Behavior, RequestId, TextVerdict};
 use serde::{Deserialize, Serialize};
@@ -60,6 +62,22 @@ pub struct IdentityState {
     /// must not make history input.
     #[serde(default)]
     history: VecDeque<EventId>,
+    /// Undecryptable events from allowed senders waiting for their room key, oldest
+    /// first, at most [`UNDECRYPTABLE_MEMORY`] (see `Input::Undecryptable`).
+    #[serde(default)]
+    undecryptable: VecDeque<Parked>,
+}
+
+/// How many undecryptable events each identity parks at once; beyond it the oldest
+/// is told as undecryptable at once.
+pub const UNDECRYPTABLE_MEMORY: usize = 1_000;
+
+/// An undecryptable event waiting for its room key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Parked {
+    pub event: Undecryptable,
+    /// When the sessions are told it exists, unless it came decrypted before.
+    pub until: Millis,
 }
 
 /// How many events dropped as history (`NotJoined`) each identity remembers. A sync
@@ -327,19 +345,24 @@ impl Channel {
         self.in_flight.keys().copied().collect()
     }
 
-    /// The earliest instant at which a timer fires (a settle window ends or a prompt
-    /// expires), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
+    /// The earliest instant at which a timer fires (a settle window ends, a prompt
+    /// expires, or an undecryptable event's grace period ends), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
     /// then (or earlier).
     pub fn next_deadline(&self) -> Option<Millis> {
-        self.identities
+        let prompts = self
+            .identities
             .values()
             .flat_map(|state| state.prompts.iter())
             .filter_map(|prompt| match &prompt.phase {
                 Phase::Settling { until, .. } => Some((*until).min(prompt.expires_at)),
                 Phase::Posting { .. } | Phase::Pending { .. } => Some(prompt.expires_at),
                 Phase::Decided { .. } | Phase::Delivering { .. } => None,
-            })
-            .min()
+            });
+        let parked = self
+            .identities
+            .values()
+            .flat_map(|state| state.undecryptable.iter().map(|p| p.until));
+        prompts.chain(parked).min()
     }
 
     /// Handles one input at `now` (milliseconds; a `now` earlier than one already seen
@@ -421,6 +444,7 @@ impl Channel {
                 what,
                 ..
             } => (identity, Event::NotInput(event_id, sender, what)),
+            Input::Undecryptable { identity, event } => (identity, Event::Undecryptable(event)),
         };
         // Every identity's prompts are off limits to every identity's agent: one
         // identity's agent touching another's prompt, or naming its open id, is
@@ -456,6 +480,9 @@ impl Channel {
             in_flight: &mut self.in_flight,
             effects: &mut effects,
         };
+        if let Some((event_id, sender)) = event.matrix_event() {
+            state.decrypted(event_id, sender);
+        }
         match event {
             Event::Attach(session) => state.attach(session, &mut out),
             Event::Detach(session) => state.detach(&session, &mut out),
@@ -474,6 +501,7 @@ impl Channel {
             Event::NotInput(event_id, sender, what) => {
                 state.on_not_input(event_id, sender, what, &mut out)
             }
+            Event::Undecryptable(event) => state.on_undecryptable(event, &mut out),
         }
         effects
     }
@@ -615,6 +643,21 @@ enum Event {
     Write(CallId, AgentWrite),
     Membership(RoomId, Option<EventId>, UserId, Membership),
     NotInput(Option<EventId>, Option<UserId>, String),
+    Undecryptable(Undecryptable),
+}
+
+impl Event {
+    /// The Matrix event this input is, with its sender, when it could be the
+    /// decryption of an event that came undecryptable before.
+    fn matrix_event(&self) -> Option<(&EventId, Option<&UserId>)> {
+        match self {
+            Event::Message(m) => Some((&m.event_id, Some(&m.sender))),
+            Event::Reaction(r) => Some((&r.event_id, Some(&r.sender))),
+            Event::Redaction(r) => Some((&r.event_id, Some(&r.sender))),
+            Event::NotInput(Some(id), sender, _) => Some((id, sender.as_ref())),
+            _ => None,
+        }
+    }
 }
 
 impl IdentityState {
@@ -634,12 +677,18 @@ impl IdentityState {
             retired_prompts: VecDeque::new(),
             rooms: BTreeMap::new(),
             history: VecDeque::new(),
+            undecryptable: VecDeque::new(),
         }
     }
 
     /// The identity's membership of each room it heard of.
     pub fn rooms(&self) -> &BTreeMap<RoomId, RoomState> {
         &self.rooms
+    }
+
+    /// The undecryptable events waiting for their room key, oldest first.
+    pub fn undecryptable(&self) -> &VecDeque<Parked> {
+        &self.undecryptable
     }
 
     fn is_joined(&self, room: &RoomId) -> bool {
@@ -978,16 +1027,21 @@ impl IdentityState {
         let Some(LogEntry {
             record:
                 Record::Pushed {
+                    kind,
                     delivered,
                     acked,
                     redacted,
-                    ..
                 },
             ..
         }) = self.log.get_mut(&event_id)
         else {
             return;
         };
+        // The push of what the log no longer holds for this event (its undecryptable
+        // push, after the event came decrypted) is not sent again.
+        if notification.meta.get(MetaKey::Kind) != Some(kind.as_str()) {
+            return;
+        }
         delivered.remove(session);
         if !*acked && !*redacted {
             self.deliver(&event_id, seq, notification, out);
@@ -1162,6 +1216,19 @@ impl IdentityState {
         }
         if self.log.contains_key(&redaction.event_id) {
             return out.drop(Some(&redaction.event_id), DropReason::Duplicate);
+        }
+        // A parked undecryptable event redacted by its sender: it will never be read.
+        if let Some(at) = self.undecryptable.iter().position(|p| {
+            p.event.event_id == redaction.redacts && p.event.sender == redaction.sender
+        }) {
+            self.undecryptable.remove(at);
+            self.log(
+                &redaction.event_id,
+                &redaction.sender,
+                Record::NotPushed,
+                out,
+            );
+            return out.drop(Some(&redaction.redacts), DropReason::RedactedBeforeDelivery);
         }
         // A withdrawal: the voter redacts their own vote inside the settle window.
         for prompt in &mut self.prompts {
@@ -1360,6 +1427,88 @@ impl IdentityState {
             Some(Gate::Allowed | Gate::Approver) | None => DropReason::NotInput { what },
         };
         out.drop(event_id.as_ref(), reason);
+    }
+
+    // ----- undecryptable events -------------------------------------------------
+
+    /// See [`Input::Undecryptable`]: the gate first, then the event is parked.
+    fn on_undecryptable(&mut self, event: Undecryptable, out: &mut Out<'_>) {
+        if self.is_history(&event.room, &event.event_id) {
+            return out.drop(Some(&event.event_id), DropReason::NotJoined);
+        }
+        match self.config.gate(&event.sender) {
+            Gate::Own => return out.drop(Some(&event.event_id), DropReason::OwnEvent),
+            Gate::Stranger => return out.drop(Some(&event.event_id), DropReason::Stranger),
+            Gate::Allowed | Gate::Approver => {}
+        }
+        let parked = self
+            .undecryptable
+            .iter()
+            .any(|p| p.event.event_id == event.event_id);
+        if parked || self.log.contains_key(&event.event_id) {
+            return out.drop(Some(&event.event_id), DropReason::Duplicate);
+        }
+        out.drop(Some(&event.event_id), DropReason::Undecryptable);
+        let until = out.now.saturating_add(self.config.undecryptable_grace_ms);
+        self.undecryptable.push_back(Parked { event, until });
+        if self.undecryptable.len() > UNDECRYPTABLE_MEMORY {
+            if let Some(oldest) = self.undecryptable.pop_front() {
+                self.tell_undecryptable(oldest.event, out);
+            }
+        }
+        self.fire_undecryptable(out);
+    }
+
+    /// `event_id` came as an input of its own kind (decrypted, if it was encrypted):
+    /// it is parked no longer, and the push that said it was undecryptable leaves
+    /// the log (and the queue, where it gives its place to the event itself), so the
+    /// event is handled now as what it is. Only the same sender's event matches.
+    fn decrypted(&mut self, event_id: &EventId, sender: Option<&UserId>) {
+        let same = |who: &UserId| sender.is_none_or(|s| s == who);
+        if let Some(at) = self
+            .undecryptable
+            .iter()
+            .position(|p| p.event.event_id == *event_id && same(&p.event.sender))
+        {
+            self.undecryptable.remove(at);
+        } else if matches!(
+            self.log.get(event_id),
+            Some(LogEntry { sender, record: Record::Pushed { kind: PushKind::Undecryptable, .. }, .. })
+                if same(sender)
+        ) {
+            self.log.remove(event_id);
+            self.log_order.retain(|id| id != event_id);
+            self.queue.retain(|q| q.event_id != *event_id);
+        }
+    }
+
+    /// Tells the sessions of every parked event whose grace period is over.
+    fn fire_undecryptable(&mut self, out: &mut Out<'_>) {
+        while let Some(at) = self.undecryptable.iter().position(|p| p.until <= out.now) {
+            if let Some(parked) = self.undecryptable.remove(at) {
+                self.tell_undecryptable(parked.event, out);
+            }
+        }
+    }
+
+    /// The metadata-only push that says `event` exists, and the notice to its sender
+    /// when the identity's `undecryptable_notice` is on and the room is still joined.
+    fn tell_undecryptable(&mut self, event: Undecryptable, out: &mut Out<'_>) {
+        // Another event took this id into the log meanwhile: the id is not told twice.
+        if self.log.contains_key(&event.event_id) {
+            return out.drop(Some(&event.event_id), DropReason::Duplicate);
+        }
+        let notification = render_undecryptable(&event);
+        self.log_and_deliver(
+            &event.event_id,
+            &event.sender,
+            PushKind::Undecryptable,
+            notification,
+            out,
+        );
+        if self.config.undecryptable_notice && self.is_joined(&event.room) {
+            out.notice(&event.room, &event.event_id, undecryptable_notice_text());
+        }
     }
 
     // ----- the agent's writes ---------------------------------------------------
@@ -1876,6 +2025,7 @@ impl IdentityState {
         }) {
             self.retire(index, DropReason::PromptExpired, out);
         }
+        self.fire_undecryptable(out);
     }
 
     /// The settle window ended: the verdict is taken on the votes still there, deny

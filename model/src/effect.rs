@@ -237,4 +237,7 @@ pub enum DropReason {
     JoinFailed,
     /// A timeline event that is no input of the core's (see `Input::NotInput`).
     NotInput { what: String },
+    /// Not pushed yet: an encrypted event that could not be decrypted, parked until
+    /// it comes decrypted or its grace period ends (see `Input::Undecryptable`).
+    Undecryptable,
 }

@@ -104,6 +104,21 @@ pub enum Input {
         sender: Option<UserId>,
         what: String,
     },
+    /// An `m.room.encrypted` event the server could not decrypt: no room key for its
+    /// Megolm session has reached the identity's device (yet). From an allowed sender
+    /// in a joined room it is parked, never pushed with content it does not have. When
+    /// the same event id comes again decrypted (as any other input: a message, a
+    /// reaction, a redaction, or no input), it is handled then as that input, judged
+    /// against the state at that moment. If none came within the identity's
+    /// `undecryptable_grace_ms`, its sessions get a push that says it exists (its
+    /// metadata only, `kind` `undecryptable`), and a decryption after that is still
+    /// handled as above. ([Client-Server API, "End-to-end encryption"].)
+    ///
+    /// [Client-Server API, "End-to-end encryption"]: https://spec.matrix.org/v1.16/client-server-api/#end-to-end-encryption
+    Undecryptable {
+        identity: IdentityId,
+        event: Undecryptable,
+    },
     /// Only time passed. Timers that are due fire (they also fire before any input).
     Tick,
     /// The server process that handled the inputs so far is gone and a new one has
@@ -298,6 +313,22 @@ pub struct Parent {
 pub struct NewContent {
     pub msgtype: MsgType,
     pub body: String,
+}
+
+/// An `m.room.encrypted` event that could not be decrypted, as its envelope and its
+/// clear-text content tell.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Undecryptable {
+    pub room: RoomId,
+    pub event_id: EventId,
+    pub sender: UserId,
+    /// The sender's display name in the room, if any. Display only.
+    pub sender_name: Option<String>,
+    /// `origin_server_ts`, milliseconds.
+    pub origin_server_ts: Millis,
+    /// `content.session_id`: the Megolm session whose room key it needs (`None` for
+    /// an algorithm without one). For the operator's log only.
+    pub session_id: Option<String>,
 }
 
 /// An `m.reaction` event: an `m.annotation` of `relates_to` with `key`.

@@ -6,7 +6,7 @@
 
 use crate::config::{Gate, IdentityConfig};
 use crate::effect::ChannelNotification;
-use crate::event::{Message, MessageContent, MsgType, NewContent, Reaction, Redaction, ReplyTo};
+use crate::event::{Message, MessageContent, MsgType, NewContent, Reaction, Redaction, ReplyTo, Undecryptable};
 use crate::fallback::{clip_chars, quote, strip_plain_reply_fallback};
 use crate::ids::{EventId, Millis, RoomId, UserId};
 use crate::meta::{Meta, MetaKey};
@@ -28,6 +28,8 @@ pub enum PushKind {
     Reaction,
     Retraction,
     ReplayCut,
+    /// An encrypted event whose room key did not come in time: metadata only.
+    Undecryptable,
 }
 
 impl PushKind {
@@ -39,6 +41,7 @@ impl PushKind {
             PushKind::Reaction => "reaction",
             PushKind::Retraction => "retraction",
             PushKind::ReplayCut => "replay_cut",
+            PushKind::Undecryptable => "undecryptable",
         }
     }
 }
@@ -245,6 +248,36 @@ pub fn render_retraction(redaction: &Redaction) -> ChannelNotification {
 }
 
 /// The notice sent before a replay that was cut at the budget.
+/// The push for an encrypted event whose room key did not come within the grace
+/// period: who sent what kind of event where and when, never content (there is
+/// none to give). `kind` is `undecryptable`.
+pub fn render_undecryptable(event: &Undecryptable) -> ChannelNotification {
+    let meta = base_meta(
+        PushKind::Undecryptable,
+        Origin {
+            room: &event.room,
+            event_id: &event.event_id,
+            sender: &event.sender,
+            sender_name: event.sender_name.as_deref(),
+            ts: event.origin_server_ts,
+        },
+    );
+    let content = "An encrypted event from this sender could not be decrypted: its room \
+                   key has not reached this device. Its content is unknown. If the key \
+                   arrives later, the event is pushed then."
+        .to_owned();
+    ChannelNotification { content, meta }
+}
+
+/// The notice to the sender of an event whose room key did not come within the grace
+/// period (only when the identity's `undecryptable_notice` is on).
+pub fn undecryptable_notice_text() -> String {
+    "I could not decrypt this message: no room key for it reached my device. If your \
+     client sends only to verified devices, verify this device (or its account's \
+     cross-signing identity), then send the message again."
+        .to_owned()
+}
+
 pub fn render_replay_cut(omitted: usize) -> ChannelNotification {
     let mut meta = Meta::default();
     meta.set(MetaKey::Kind, PushKind::ReplayCut.as_str());

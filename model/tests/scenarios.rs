@@ -27,5 +27,7 @@ mod reactions;
 mod restart;
 #[path = "scenarios/rooms.rs"]
 mod rooms;
+#[path = "scenarios/undecryptable.rs"]
+mod undecryptable;
 #[path = "scenarios/verdicts.rs"]
 mod verdicts;

@@ -27,8 +27,9 @@
 
 use mc_model::{
     Attachment, EventId, Membership, Message, MessageContent, MsgType, NewContent, Parent,
-    Reaction, Redaction, Relation, ReplyTo, RoomId, UserId,
+    Reaction, Redaction, Relation, ReplyTo, RoomId, Undecryptable, UserId,
 };
+use ruma::events::room::encrypted::{EncryptedEventScheme, SyncRoomEncryptedEvent};
 use ruma::events::reaction::SyncReactionEvent;
 use ruma::events::relation::Thread;
 use ruma::events::room::message::{
@@ -60,6 +61,10 @@ pub enum Decoded {
     /// An `m.room.member` state event in the timeline: someone's membership. The
     /// adapter hands the identity's own to the core as `Input::Membership`.
     Member(Member),
+    /// An `m.room.encrypted` event with its ciphertext: the SDK hands an event over
+    /// this way only when it could not decrypt it (a decrypted one comes as its
+    /// cleartext type). `sender_name` is `None`: the adapter fills it.
+    Undecryptable(Undecryptable),
     /// Anything else, with the reason (the core drops it as
     /// `DropReason::NotInput` with [`Ignored::describe`]).
     Ignored(Ignored),
@@ -101,9 +106,8 @@ pub enum IgnoreReason {
     /// A message-like event of a type the channel does not handle (`m.sticker`,
     /// `m.call.*`, `m.poll.*`, any custom type).
     OtherType,
-    /// `m.room.encrypted`: the SDK could not decrypt it (no room key yet, or the
-    /// event was redacted before it was seen in an encrypted room). A decrypted
-    /// event arrives as its cleartext type instead.
+    /// An `m.room.encrypted` without its ciphertext: redacted before it was seen
+    /// (`content: {}`), so no room key can ever decrypt it.
     Encrypted,
     /// An `m.reaction` redacted before it was seen (`content: {}`): its key and
     /// target are gone. The `m.room.redaction` that removed it arrives on its own.
@@ -153,7 +157,7 @@ impl Ignored {
         let why = match &self.reason {
             IgnoreReason::StateEvent => "a state event".to_owned(),
             IgnoreReason::OtherType => "an event type the channel does not handle".to_owned(),
-            IgnoreReason::Encrypted => "an encrypted event the server could not decrypt".to_owned(),
+            IgnoreReason::Encrypted => "an encrypted event redacted before it was seen".to_owned(),
             IgnoreReason::RedactedReaction => "a reaction redacted before it was seen".to_owned(),
             IgnoreReason::Malformed(what) => format!("malformed: {what}"),
         };
@@ -253,7 +257,9 @@ fn member(room: &RoomId, envelope: &Envelope, raw: &Raw<AnySyncTimelineEvent>) -
 ///   top-level `redacts`).
 /// - `m.room.member` → [`Decoded::Member`] (`leave` and `knock` are
 ///   [`Membership::Left`]; an unknown membership is malformed).
-/// - Other state events, `m.room.encrypted`, other types, and events whose
+/// - `m.room.encrypted` (the SDK could not decrypt it) → [`Decoded::Undecryptable`]
+///   with the Megolm `session_id`; a redacted one → [`IgnoreReason::Encrypted`].
+/// - Other state events, other types, and events whose
 ///   `origin_server_ts` or content does not fit their type → [`Decoded::Ignored`].
 ///
 /// # Errors
@@ -332,7 +338,24 @@ pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, D
                 )),
             }
         }
-        "m.room.encrypted" => envelope.ignored(IgnoreReason::Encrypted),
+        "m.room.encrypted" => match serde_json::from_str::<SyncRoomEncryptedEvent>(raw_json) {
+            Ok(SyncRoomEncryptedEvent::Original(ev)) => Decoded::Undecryptable(Undecryptable {
+                room,
+                event_id,
+                sender,
+                sender_name: None,
+                origin_server_ts,
+                session_id: match ev.content.scheme {
+                    EncryptedEventScheme::MegolmV1AesSha2(megolm) => Some(megolm.session_id),
+                    // Olm in a room event has no session id; ruma knows no other scheme.
+                    _ => None,
+                },
+            }),
+            Ok(SyncRoomEncryptedEvent::Redacted(_)) => envelope.ignored(IgnoreReason::Encrypted),
+            Err(e) => envelope.ignored(IgnoreReason::Malformed(format!(
+                "not an m.room.encrypted event: {e}"
+            ))),
+        },
         _ => envelope.ignored(IgnoreReason::OtherType),
     };
     Ok(decoded)
@@ -1225,7 +1248,7 @@ mod tests {
             ),
             (
                 i("m.room.encrypted", IgnoreReason::Encrypted),
-                "m.room.encrypted (an encrypted event the server could not decrypt)",
+                "m.room.encrypted (an encrypted event redacted before it was seen)",
             ),
             (
                 i("m.reaction", IgnoreReason::RedactedReaction),
@@ -1264,14 +1287,55 @@ mod tests {
     }
 
     #[test]
-    fn an_undecryptable_event_is_ignored_as_encrypted() {
-        let i = ignored(ENCRYPTED);
+    fn an_undecryptable_event_is_decoded_with_its_megolm_session() {
+        assert_eq!(
+            decode(ENCRYPTED),
+            Decoded::Undecryptable(Undecryptable {
+                room: room(),
+                event_id: EventId::from("$Encrypt3dxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+                sender: UserId::from("@alice:localhost"),
+                sender_name: None,
+                origin_server_ts: 1_795_991_840_500,
+                session_id: Some("9bYk6P4QJwVsQXm3nq5Rkq2GTRk7sYgQ1yJ6hY0p5vA".to_owned()),
+            })
+        );
+    }
+
+    #[test]
+    fn an_olm_encrypted_room_event_has_no_session() {
+        let json = edited(ENCRYPTED, |v| {
+            v["content"] = json!({
+                "algorithm": "m.olm.v1.curve25519-aes-sha2",
+                "sender_key": "tDpXnS2Tz3iBOWHuE1FQJDL0gqDnGcZB0Ez0Vd9GPCU",
+                "ciphertext": {"key": {"type": 0, "body": "Awo"}}
+            });
+        });
+        match decode(&json) {
+            Decoded::Undecryptable(u) => assert_eq!(u.session_id, None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_redacted_encrypted_event_is_ignored_as_encrypted() {
+        let redacted: Value = serde_json::from_str(REDACTED_MESSAGE).unwrap();
+        let json = edited(ENCRYPTED, |v| {
+            v["content"] = json!({});
+            v["unsigned"]["redacted_because"] = redacted["unsigned"]["redacted_because"].clone();
+        });
+        let i = ignored(&json);
         assert_eq!(i.reason, IgnoreReason::Encrypted);
         assert_eq!(i.event_type, "m.room.encrypted");
         assert_eq!(
             i.event_id,
             EventId::from("$Encrypt3dxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
         );
+    }
+
+    #[test]
+    fn an_encrypted_event_of_an_unknown_algorithm_is_malformed() {
+        let json = edited(ENCRYPTED, |v| v["content"]["algorithm"] = json!("m.rot13"));
+        assert!(matches!(ignored(&json).reason, IgnoreReason::Malformed(_)));
     }
 
     #[test]

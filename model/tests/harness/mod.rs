@@ -19,7 +19,7 @@ use mc_model::{
     AgentWrite, Behavior, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId,
     EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis, MsgType,
     NewContent, Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo,
-    RequestId, RoomId, SessionId, UserId, VerdictSource,
+    RequestId, RoomId, SessionId, Undecryptable, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -436,7 +436,41 @@ impl World {
         }
     }
 
+    /// An `m.room.encrypted` event from `from` in `room`, sent now, that could not be
+    /// decrypted.
+    pub fn undecryptable(&mut self, from: &str, room: &str) -> Undecryptable {
+        Undecryptable {
+            room: room.into(),
+            event_id: self.fresh("$u"),
+            sender: from.into(),
+            sender_name: display_name(from),
+            origin_server_ts: self.now,
+            session_id: Some("megolm-session".into()),
+        }
+    }
+
+    /// The `m.text` message `event` turns out to be once its room key came.
+    pub fn decrypted_text(&self, event: &Undecryptable, body: &str) -> Message {
+        Message {
+            room: event.room.clone(),
+            event_id: event.event_id.clone(),
+            sender: event.sender.clone(),
+            sender_name: event.sender_name.clone(),
+            origin_server_ts: event.origin_server_ts,
+            content: Some(content(MsgType::Text, body)),
+        }
+    }
+
     // ----- acting (each drives) ------------------------------------------------
+
+    /// Hands `event` to the default identity as undecryptable and drives.
+    pub fn send_undecryptable(&mut self, event: Undecryptable) -> EventId {
+        let id = event.event_id.clone();
+        let identity = self.identity.clone();
+        self.input(Input::Undecryptable { identity, event });
+        self.drive();
+        id
+    }
 
     /// Sends `message` to the default identity and drives. Returns its event id.
     pub fn send(&mut self, message: Message) -> EventId {
