@@ -108,6 +108,14 @@ alphabet! {
     /// identity's room number `room` (a state event, another event type, a malformed
     /// reaction).
     NotInput { ident: Ident, sender: Who, room: u8, kind: Odd } => not_input,
+    /// `Input::Undecryptable`: `sender`'s event in the identity's room number `room`
+    /// arrives as an `m.room.encrypted` the server cannot decrypt (no room key for its
+    /// Megolm session has reached the identity's device).
+    Undecryptable { ident: Ident, sender: Who, room: u8 } => undecryptable,
+    /// The room key of the n-th still-undecrypted encrypted event arrives: the same
+    /// event id comes again decrypted, as an `m.text` message from the same sender
+    /// saying `text`.
+    Decrypt { target: usize, text: Text } => decrypt,
 }
 
 /// The action an input comes from. Exhaustive: a new `Input` variant fails to compile
@@ -128,5 +136,6 @@ pub fn kind_of(input: &Input) -> ActionKind {
         Input::Restarted => ActionKind::Restart,
         Input::Membership { .. } => ActionKind::Membership,
         Input::NotInput { .. } => ActionKind::NotInput,
+        Input::Undecryptable { .. } => ActionKind::Undecryptable,
     }
 }

@@ -518,9 +518,16 @@ impl InProcess {
     /// The homeserver stores world event `i` and the sync hands it to the adapter,
     /// which must make it exactly the input the reference did.
     fn deliver_exactly(&self, world: &World, i: usize) -> Result<(), String> {
+        let json = world.events[i].json();
+        self.wire.net.lock().unwrap().events.push(json);
+        self.hand_exactly(world, i)
+    }
+
+    /// The sync hands world event `i` as it is now to the adapter, which must make it
+    /// exactly the input the reference did.
+    fn hand_exactly(&self, world: &World, i: usize) -> Result<(), String> {
         let ev: &Ev = &world.events[i];
         let json = ev.json();
-        self.wire.net.lock().unwrap().events.push(json.clone());
         let room = MemRoom {
             id: ev.room.clone(),
             wire: &self.wire,
@@ -779,6 +786,31 @@ impl Adapter for InProcess {
         _: &Odd,
     ) -> Result<(), String> {
         self.deliver_exactly(world, world.events.len().checked_sub(1).ok_or("no event")?)
+    }
+
+    /// The homeserver stores the `m.room.encrypted` event and the sync hands it to the
+    /// adapter as the SDK does when it has no room key for it; the adapter must make it
+    /// exactly the `Input::Undecryptable` the reference did.
+    fn undecryptable(&mut self, world: &World, _: &Ident, _: &Who, _: &u8) -> Result<(), String> {
+        self.deliver_exactly(world, world.events.len().checked_sub(1).ok_or("no event")?)
+    }
+
+    /// The room key arrived: the SDK hands the same event again, decrypted (its
+    /// cleartext JSON under the encrypted event's id, sender, time and room), and
+    /// serves it decrypted from then on (a reply's parent is fetched so).
+    fn decrypt(&mut self, world: &World, _: &usize, _: &Text) -> Result<(), String> {
+        let t = world.decrypted.ok_or("no event was decrypted")?;
+        let json = world.events[t].json();
+        {
+            let mut net = self.wire.net.lock().unwrap();
+            let stored = net
+                .events
+                .iter_mut()
+                .find(|e| e["event_id"] == json["event_id"])
+                .ok_or("the homeserver has no such encrypted event")?;
+            *stored = json;
+        }
+        self.hand_exactly(world, t)
     }
 
     fn tick(&mut self, world: &World, _: &u64) -> Result<(), String> {

@@ -17,7 +17,8 @@ use crate::alphabet::{kind_of, Action};
 use mc_model::{
     AgentText, AgentWrite, CallId, Channel, Effect, EventId, IdentityConfig, IdentityId, Input,
     Message, MessageContent, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
-    Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId, SessionState, UserId,
+    Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId, SessionState,
+    Undecryptable, UserId,
 };
 use proptest::prelude::*;
 use proptest_state_machine::ReferenceStateMachine;
@@ -148,6 +149,10 @@ impl Ident {
                 // Only the last retired prompt is remembered, so the agent's writes to
                 // older prompts (its own messages) are let through.
                 config.prompt_memory = 1;
+                config.undecryptable_grace_ms = GRACE;
+                // A tells the sender in the room when a room key does not come; B
+                // does not.
+                config.undecryptable_notice = self == Ident::A;
             }
             Mode::Real => {
                 config.prompt_ttl_ms = REAL_TTL;
@@ -162,6 +167,9 @@ impl Ident {
 pub const TTL: Millis = 10_000;
 /// In-process settle window, ms.
 pub const SETTLE: Millis = 3_000;
+/// In-process grace period of an undecryptable event, ms: longer than the settle
+/// window, shorter than the time to live.
+pub const GRACE: Millis = 5_000;
 /// Real-server prompt time to live, ms: longer than any sequence.
 pub const REAL_TTL: Millis = 3_600_000;
 /// Real-server settle window, ms: a vote settles before the next action.
@@ -540,6 +548,9 @@ pub enum EvKind {
     Prompt,
     /// An event that is no input ([`Odd`]).
     Other,
+    /// An `m.room.encrypted` event the server could not decrypt; `Decrypt` turns it
+    /// into a [`EvKind::Message`] (the same event, its room key arrived).
+    Encrypted,
 }
 
 /// One Matrix event of the world, as its sender put it on the wire.
@@ -674,6 +685,15 @@ pub struct World {
     /// The join events the homeserver delivered in the last action (after the joins
     /// the model asked for).
     pub joins: Vec<usize>,
+    /// The finer case of the last action, where the reference tells it (an
+    /// undecryptable event's fate, a decryption before or after the grace period),
+    /// for the coverage.
+    pub case: Option<String>,
+    /// The event the last action decrypted (adapters read it from here: in the world
+    /// after the action it is no longer among the undecrypted ones).
+    pub decrypted: Option<usize>,
+    /// The drop reasons of the last action's effects.
+    drops: Vec<(Option<EventId>, mc_model::DropReason)>,
 }
 
 impl World {
@@ -713,6 +733,9 @@ impl World {
             hold_posts: None,
             restarts: 0,
             joins: Vec::new(),
+            case: None,
+            decrypted: None,
+            drops: Vec::new(),
         }
     }
 
@@ -842,6 +865,9 @@ impl World {
         self.wrote.clear();
         self.last_write = None;
         self.joins.clear();
+        self.case = None;
+        self.decrypted = None;
+        self.drops.clear();
         self.apply_one(action);
         if self.mode == Mode::Real {
             // Wall-clock time passes between actions: a vote's 1 ms settle window ends
@@ -1050,6 +1076,101 @@ impl World {
                     sender: Some(sender.user_id(ident)),
                     what: kind.what(),
                 });
+            }
+            Action::Undecryptable {
+                ident,
+                sender,
+                room,
+            } => {
+                let room = ident.room(room);
+                let session = format!("megolm-session-{}", self.events.len());
+                let id = self.push_event(
+                    ident,
+                    room.clone(),
+                    sender,
+                    "m.room.encrypted",
+                    megolm_content(&session),
+                    EvKind::Encrypted,
+                );
+                self.delivered(Input::Undecryptable {
+                    identity: ident.id(),
+                    event: Undecryptable {
+                        room,
+                        event_id: id.clone(),
+                        sender: sender.user_id(ident),
+                        sender_name: sender.display_name().map(str::to_owned),
+                        origin_server_ts: self.now,
+                        session_id: Some(session),
+                    },
+                });
+                let parked = self
+                    .channel
+                    .identity(&ident.id())
+                    .is_some_and(|s| s.undecryptable().iter().any(|p| p.event.event_id == id));
+                let fate = if parked {
+                    "parked".to_owned()
+                } else {
+                    self.drops
+                        .iter()
+                        .find(|(e, _)| e.as_ref() == Some(&id))
+                        .map_or("not dropped".to_owned(), |(_, r)| format!("{r:?}"))
+                };
+                self.case = Some(format!("undecryptable: {fate}"));
+            }
+            Action::Decrypt { target, text } => {
+                let t = self
+                    .decryptable_sel(target)
+                    .expect("checked by the precondition");
+                let (ident, id) = (self.events[t].ident, self.events[t].id.clone());
+                let state = self.channel.identity(&ident.id());
+                let when = if state
+                    .is_some_and(|s| s.undecryptable().iter().any(|p| p.event.event_id == id))
+                {
+                    "before the grace period ended"
+                } else if state.is_some_and(|s| {
+                    matches!(
+                        s.log_entry(&id).map(|e| &e.record),
+                        Some(mc_model::Record::Pushed {
+                            kind: mc_model::render::PushKind::Undecryptable,
+                            ..
+                        })
+                    )
+                }) {
+                    "after the sessions were told it is undecryptable"
+                } else {
+                    "never parked"
+                };
+                self.case = Some(format!("decrypt: {when}"));
+                let body = text.body();
+                let ev = &mut self.events[t];
+                ev.event_type = "m.room.message";
+                ev.content = json!({"msgtype": text.msgtype().as_str(), "body": body});
+                ev.kind = EvKind::Message {
+                    body: body.clone(),
+                    is_reply: false,
+                };
+                // The same event: its envelope (sender, time, room) is the one that
+                // came encrypted.
+                let input = Input::Message {
+                    identity: ev.ident.id(),
+                    message: Message {
+                        room: ev.room.clone(),
+                        event_id: ev.id.clone(),
+                        sender: ev.sender.user_id(ev.ident),
+                        sender_name: ev.sender.display_name().map(str::to_owned),
+                        origin_server_ts: ev.ts,
+                        content: Some(MessageContent {
+                            msgtype: text.msgtype(),
+                            body,
+                            formatted_body: None,
+                            relation: None,
+                            attachment: None,
+                        }),
+                    },
+                };
+                ev.input = Some(input.clone());
+                self.decrypted = Some(t);
+                self.run(input);
             }
             Action::Membership {
                 ident,
@@ -1324,20 +1445,36 @@ impl World {
         )
     }
 
-    /// The n-th message or reaction not redacted yet.
+    /// The n-th message, reaction or undecrypted event not redacted yet.
     pub fn redactable_sel(&self, n: usize) -> Option<usize> {
         pick_nth(
             &self.targets(|e| {
-                !e.redacted && matches!(e.kind, EvKind::Message { .. } | EvKind::Reaction)
+                !e.redacted
+                    && matches!(
+                        e.kind,
+                        EvKind::Message { .. } | EvKind::Reaction | EvKind::Encrypted
+                    )
             }),
             n,
         )
     }
 
-    /// The n-th message of `ident`.
+    /// The n-th message (or undecrypted event, whose id a push may have named) of
+    /// `ident`.
     pub fn ack_sel(&self, ident: Ident, n: usize) -> Option<usize> {
         pick_nth(
-            &self.targets(|e| e.ident == ident && matches!(e.kind, EvKind::Message { .. })),
+            &self.targets(|e| {
+                e.ident == ident && matches!(e.kind, EvKind::Message { .. } | EvKind::Encrypted)
+            }),
+            n,
+        )
+    }
+
+    /// The n-th encrypted event not decrypted yet (nor redacted: the homeserver then
+    /// serves it without its ciphertext, which no key decrypts).
+    pub fn decryptable_sel(&self, n: usize) -> Option<usize> {
+        pick_nth(
+            &self.targets(|e| e.kind == EvKind::Encrypted && !e.redacted),
             n,
         )
     }
@@ -1408,7 +1545,9 @@ impl World {
                     .unwrap_or_default();
                 (body.to_owned(), false)
             }
-            EvKind::Reaction | EvKind::Redaction | EvKind::Other => return None,
+            EvKind::Reaction | EvKind::Redaction | EvKind::Other | EvKind::Encrypted => {
+                return None
+            }
         };
         Some(Parent {
             sender: t.sender.user_id(t.ident),
@@ -1768,7 +1907,13 @@ impl World {
                 }
                 None
             }
-            Effect::Decided { .. } | Effect::Dropped { .. } => None,
+            Effect::Dropped {
+                event_id, reason, ..
+            } => {
+                self.drops.push((event_id, reason));
+                None
+            }
+            Effect::Decided { .. } => None,
         }
     }
 
@@ -1778,6 +1923,19 @@ impl World {
             .filter(|&i| f(&self.events[i]))
             .collect()
     }
+}
+
+/// The content of an `m.room.encrypted` event a client sends with Megolm
+/// (Client-Server API, "`m.megolm.v1.aes-sha2`"): only `session_id` tells which room
+/// key it needs.
+fn megolm_content(session: &str) -> Value {
+    json!({
+        "algorithm": "m.megolm.v1.aes-sha2",
+        "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg2yyOwAtHaZTwyNg37afzg8f3r9I",
+        "device_id": "PHONE",
+        "sender_key": "tDpXnS2Tz3iBOWHuE1FQJDL0gqDnGcZB0Ez0Vd9GPCU",
+        "session_id": session,
+    })
 }
 
 /// `m.text` content of an agent's text: `body`, and the HTML when it has one.
@@ -1901,6 +2059,12 @@ pub fn precondition(world: &World, action: &Action) -> bool {
         },
         // A real homeserver delivers each event once.
         Action::Redeliver { target } => !real && world.redeliverable_sel(target).is_some(),
+        // A real homeserver cannot be made to deliver an event the server cannot
+        // decrypt on demand (conformance/skip.txt).
+        Action::Undecryptable { ident, sender, .. } => !real && ident.members().contains(&sender),
+        Action::Decrypt { target, text } => {
+            !real && text.msgtype() == MsgType::Text && world.decryptable_sel(target).is_some()
+        }
         // Only Ann (the rooms' creator) may set a room's topic on a real homeserver.
         Action::NotInput {
             ident,
@@ -2058,7 +2222,11 @@ impl<M: ModeOf> ReferenceStateMachine for Reference<M> {
                 || matches!(
                     (action.kind(), k),
                     (K::Restart, K::Membership | K::PermissionRequest)
-                        | (K::Redeliver, K::Message | K::Reaction | K::Redaction)
+                        | (
+                            K::Redeliver,
+                            K::Message | K::Reaction | K::Redaction | K::Undecryptable
+                        )
+                        | (K::Decrypt, K::Message)
                 )
         }));
         world
@@ -2573,6 +2741,41 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                 })
                 .boxed(),
         ));
+    }
+    // Encrypted events the server cannot decrypt, and their room keys coming late.
+    if !real {
+        options.push((
+            2,
+            (
+                pick(vec![Ident::A, Ident::A, Ident::B]),
+                pick(senders.clone()),
+                0u8..2,
+            )
+                .prop_map(move |(ident, sender, room)| Action::Undecryptable {
+                    ident,
+                    sender: if ident.members().contains(&sender) {
+                        sender
+                    } else {
+                        Who::Ann
+                    },
+                    room,
+                })
+                .boxed(),
+        ));
+        if world.decryptable_sel(0).is_some() {
+            let rids = vec![Rid::R1, Rid::R2];
+            let text = prop_oneof![
+                3 => (0..CHAT.len() as u8).prop_map(Text::Chat),
+                3 => pick(rids.clone()).prop_map(Text::Yes),
+                2 => pick(rids).prop_map(Text::No),
+            ];
+            options.push((
+                2,
+                (0usize..8, text)
+                    .prop_map(|(target, text)| Action::Decrypt { target, text })
+                    .boxed(),
+            ));
+        }
     }
     if !real {
         let mut steps = vec![1, SETTLE - 1, SETTLE + 1, TTL + 1];

@@ -726,6 +726,14 @@ impl Adapter for Real {
         self.send_latest(world)
     }
 
+    fn undecryptable(&mut self, _: &World, _: &Ident, _: &Who, _: &u8) -> Result<(), String> {
+        Err("undecryptable is in-process only (conformance/skip.txt)".to_owned())
+    }
+
+    fn decrypt(&mut self, _: &World, _: &usize, _: &Text) -> Result<(), String> {
+        Err("decrypt is in-process only (conformance/skip.txt)".to_owned())
+    }
+
     fn break_stream(&mut self, _: &World, _: &Sess) -> Result<(), String> {
         Err("break_stream is in-process only (conformance/skip.txt)".to_owned())
     }
