@@ -4,6 +4,7 @@
 mod attacks;
 mod auth;
 mod chat;
+mod cross_signing;
 mod permission_reaction;
 mod permission_text;
 mod relations;
