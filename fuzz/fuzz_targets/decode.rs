@@ -198,6 +198,19 @@ fuzz_target!(|data: &[u8]| {
             }
             assert_eq!(member.room, room);
         }
+        Decoded::Undecryptable(u) => {
+            assert_eq!(get("type").as_deref(), Some("m.room.encrypted"));
+            assert_eq!(Some(u.event_id.as_str()), get("event_id").as_deref());
+            assert_eq!(Some(u.sender.as_str()), get("sender").as_deref());
+            assert_eq!(u.room, room);
+            assert_eq!(u.sender_name, None);
+            // The session id is the content's, for Megolm only.
+            let session: Option<String> = content
+                .as_ref()
+                .filter(|c| c["algorithm"] == "m.megolm.v1.aes-sha2")
+                .and_then(|c| c["session_id"].as_str().map(str::to_owned));
+            assert_eq!(u.session_id, session);
+        }
         Decoded::Ignored(i) => {
             assert_eq!(Some(i.event_id.as_str()), get("event_id").as_deref());
             assert_eq!(Some(i.sender.as_str()), get("sender").as_deref());

@@ -274,6 +274,8 @@ pub async fn start(
     }
     report_rooms(identity, &engine).await;
     add_handlers(identity, engine.clone());
+    add_redecryption(identity, engine.clone())
+        .with_context(|| format!("identity {name}: the event cache"))?;
     // Catch up on what happened while the server was down, before saying ready.
     let response = client
         .sync_once(settings.clone().timeout(Duration::ZERO))
@@ -405,6 +407,54 @@ fn add_handlers(identity: &Identity, engine: EngineHandle) {
             }
         },
     );
+}
+
+/// Hands every event the SDK decrypts late (its room key came after the event: by
+/// to-device message, forwarded, or from key backup) to the model as what it is,
+/// through [`timeline_input`] like any timeline event. The model parked it when it
+/// came undecryptable (`Input::Undecryptable`); event handlers do not fire again for
+/// it, only matrix-sdk's redecryptor reports it (`RedecryptorReport::ResolvedUtds`),
+/// which needs the event cache subscribed before the first sync.
+fn add_redecryption(identity: &Identity, engine: EngineHandle) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    use matrix_sdk::event_cache::RedecryptorReport;
+    let client = identity.client.clone();
+    client.event_cache().subscribe()?;
+    let id = IdentityId(identity.name.clone());
+    tokio::spawn(async move {
+        let mut reports = client.event_cache().subscribe_to_decryption_reports();
+        while let Some(report) = reports.next().await {
+            match report {
+                Ok(RedecryptorReport::ResolvedUtds { room_id, events }) => {
+                    let Some(room) = client.get_room(&room_id) else {
+                        tracing::warn!(identity = %id, room = %room_id, "decrypted events of an unknown room");
+                        continue;
+                    };
+                    for event_id in events {
+                        match room.event(&event_id, None).await {
+                            Ok(event) => {
+                                tracing::info!(identity = %id, room = %room_id, event = %event_id, "decrypted late");
+                                let input = timeline_input(&id, &room, event.raw().json().get()).await;
+                                let _ = engine.submit(input);
+                            }
+                            Err(e) => tracing::warn!(
+                                identity = %id, room = %room_id, event = %event_id,
+                                "an event decrypted late could not be read again: {e}"
+                            ),
+                        }
+                    }
+                }
+                Ok(RedecryptorReport::BackupAvailable) => {
+                    tracing::info!(identity = %id, "a room key backup became available");
+                }
+                Ok(RedecryptorReport::Lagging) | Err(_) => tracing::warn!(
+                    identity = %id,
+                    "missed some of matrix-sdk's decryption reports: an event decrypted late may be told as undecryptable"
+                ),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// What [`timeline_input`] needs from a room beyond the event itself: the room's

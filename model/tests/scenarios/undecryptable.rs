@@ -394,3 +394,68 @@ fn a_parked_event_survives_a_restart_and_is_told_after_it() {
 
     assert_eq!(w.trace(), [format!("push s1 {id} undecryptable {TOLD:?}")]);
 }
+
+#[test]
+fn a_parked_event_that_decrypts_to_a_reaction_is_handled_as_one() {
+    let mut w = World::new();
+    w.attach(S1);
+    let hello = w.say(ALICE, R1, "hello");
+    let u = w.undecryptable(ALICE, R1);
+    let id = w.send_undecryptable(u.clone());
+    w.mark();
+
+    let mut reaction = w.reaction(ALICE, &hello, THUMBS_UP);
+    reaction.event_id = id.clone();
+    w.send_reaction(reaction);
+    assert!(w.state().undecryptable().is_empty());
+    w.advance(GRACE);
+
+    let pushes = w.pushes(S1);
+    assert_eq!(pushes.len(), 1, "{:?}", w.trace());
+    assert_eq!(pushes[0].event_id.as_ref(), Some(&id));
+    assert_eq!(pushes[0].meta("kind"), Some("reaction"));
+}
+
+#[test]
+fn a_parked_event_that_decrypts_to_a_redaction_is_handled_as_one() {
+    let mut w = World::new();
+    w.attach(S1);
+    let hello = w.say(ALICE, R1, "hello");
+    let u = w.undecryptable(ALICE, R1);
+    let id = w.send_undecryptable(u.clone());
+    w.mark();
+
+    let mut redaction = w.redaction(ALICE, &hello);
+    redaction.event_id = id.clone();
+    w.send_redaction(redaction);
+    assert!(w.state().undecryptable().is_empty());
+    w.advance(GRACE);
+
+    let pushes = w.pushes(S1);
+    assert_eq!(pushes.len(), 1, "{:?}", w.trace());
+    assert_eq!(pushes[0].meta("kind"), Some("retraction"));
+}
+
+#[test]
+fn a_parked_event_that_decrypts_to_no_input_is_dropped_as_such_and_never_told() {
+    let mut w = World::new();
+    w.attach(S1);
+    let u = w.undecryptable(ALICE, R1);
+    let id = w.send_undecryptable(u.clone());
+    w.mark();
+
+    let identity = w.identity.clone();
+    w.input(Input::NotInput {
+        identity,
+        room: R1.into(),
+        event_id: Some(id.clone()),
+        sender: Some(ALICE.into()),
+        what: "m.sticker".into(),
+    });
+    w.advance(GRACE);
+
+    assert_eq!(
+        w.trace(),
+        [format!("drop {id} NotInput {{ what: \"m.sticker\" }}")]
+    );
+}
