@@ -10,6 +10,7 @@ pub mod fixture;
 pub mod homeserver;
 pub mod human;
 pub mod mcp;
+pub mod nio;
 pub mod proxy;
 pub mod server;
 

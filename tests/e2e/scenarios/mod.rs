@@ -5,6 +5,7 @@ mod attacks;
 mod auth;
 mod chat;
 mod cross_signing;
+mod encrypted;
 mod permission_reaction;
 mod permission_text;
 mod relations;
