@@ -86,15 +86,17 @@ pub struct Coverage {
     pub actions: BTreeMap<&'static str, usize>,
     pub observations: BTreeMap<String, usize>,
     /// Finer cases: each agent write by tool, target and answer; `yes <id>`
-    /// replying to a message that is not a prompt.
+    /// replying to a message that is not a prompt; what became of an undecryptable
+    /// event, and whether its room key came before or after the grace period.
     pub cases: BTreeMap<String, usize>,
 }
 
 impl Coverage {
-    fn count(&mut self, action: &Action, observed: &[Observation]) {
+    /// Counts one step; `told` is the case the reference tells ([`World::case`]).
+    fn count(&mut self, action: &Action, observed: &[Observation], told: Option<String>) {
         self.steps += 1;
         *self.actions.entry(action.kind().name()).or_default() += 1;
-        if let Some(case) = case(action, observed) {
+        if let Some(case) = told.or_else(|| case(action, observed)) {
             *self.cases.entry(case).or_default() += 1;
         }
         for o in observed {
@@ -276,7 +278,7 @@ fn run_counted<T: Target + ?Sized>(
             return Err(report("the adapter failed", String::new(), e));
         }
         let observed = target.observed(&world.expected);
-        coverage.count(action, &observed);
+        coverage.count(action, &observed, world.case.clone());
         let (expected_n, expected_s) = canonical(&world.expected);
         let (actual_n, actual_s) = canonical(&observed);
         if expected_n != actual_n || expected_s != actual_s {

@@ -41,10 +41,24 @@ fn generated_sequences_conform() {
         "prompt posted",
         "prompt edited",
         "notice",
+        "notifications/claude/channel (undecryptable)",
     ] {
         assert!(
             coverage.observations.get(seen).copied().unwrap_or(0) > 0,
             "no {seen} was observed"
+        );
+    }
+    // An undecryptable event parked and a stranger's dropped; a room key that comes
+    // within the grace period, and one that comes after the sessions were told.
+    for case in [
+        "undecryptable: parked",
+        "undecryptable: Stranger",
+        "decrypt: before the grace period ended",
+        "decrypt: after the sessions were told it is undecryptable",
+    ] {
+        assert!(
+            coverage.cases.get(case).copied().unwrap_or(0) > 0,
+            "the case {case:?} was not reached"
         );
     }
 }
