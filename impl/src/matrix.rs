@@ -434,7 +434,8 @@ fn add_redecryption(identity: &Identity, engine: EngineHandle) -> anyhow::Result
                         match room.event(&event_id, None).await {
                             Ok(event) => {
                                 tracing::info!(identity = %id, room = %room_id, event = %event_id, "decrypted late");
-                                let input = timeline_input(&id, &room, event.raw().json().get()).await;
+                                let input =
+                                    timeline_input(&id, &room, event.raw().json().get()).await;
                                 let _ = engine.submit(input);
                             }
                             Err(e) => tracing::warn!(

@@ -52,8 +52,8 @@ pub mod verdict;
 pub use crate::agent::{AgentText, AgentWrite};
 pub use crate::config::{ConfigError, Gate, IdentityConfig};
 pub use crate::core::{
-    Channel, IdentityState, LogEntry, Parked, Phase, Prompt, Queued, Record, RoomState, SessionState, Vote,
-    HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
+    Channel, IdentityState, LogEntry, Parked, Phase, Prompt, Queued, Record, RoomState,
+    SessionState, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
 };
 pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,

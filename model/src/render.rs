@@ -6,7 +6,9 @@
 
 use crate::config::{Gate, IdentityConfig};
 use crate::effect::ChannelNotification;
-use crate::event::{Message, MessageContent, MsgType, NewContent, Reaction, Redaction, ReplyTo, Undecryptable};
+use crate::event::{
+    Message, MessageContent, MsgType, NewContent, Reaction, Redaction, ReplyTo, Undecryptable,
+};
 use crate::fallback::{clip_chars, quote, strip_plain_reply_fallback};
 use crate::ids::{EventId, Millis, RoomId, UserId};
 use crate::meta::{Meta, MetaKey};

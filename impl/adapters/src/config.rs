@@ -21,6 +21,8 @@
 //! approve_keys = ["👍", "✅"]
 //! deny_keys = ["👎", "❌"]
 //! replay_budget = 200
+//! undecryptable_grace_secs = 30
+//! undecryptable_notice = false
 //! ```
 //!
 //! Top-level keys:
@@ -66,6 +68,12 @@
 //! - `replay_budget`: how many queued events are replayed to a session that
 //!   attaches. Default 200 ([`mc_model::config::DEFAULT_REPLAY_BUDGET`]); must be
 //!   greater than zero.
+//! - `undecryptable_grace_secs`: how long an encrypted event from an allowed sender
+//!   that could not be decrypted waits for its room key before the sessions are
+//!   told it exists (metadata only), in seconds. Default 30
+//!   ([`mc_model::config::DEFAULT_UNDECRYPTABLE_GRACE_MS`]); 0 tells them at once.
+//! - `undecryptable_notice`: whether the sender is also told in the room then (a
+//!   notice in reply). Default `false`.
 //!
 //! Unknown keys are errors.
 //!
@@ -94,7 +102,9 @@
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
-use mc_model::config::{DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS};
+use mc_model::config::{
+    DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS, DEFAULT_UNDECRYPTABLE_GRACE_MS,
+};
 use mc_model::reaction::{normalize_key, ReactionKeys, ReactionKeysError};
 use mc_model::{ConfigError, IdentityConfig, RoomId, UserId};
 use ruma::{OwnedRoomId, OwnedUserId};
@@ -136,7 +146,7 @@ const TOP_KEYS: [&str; 7] = [
     "identities",
 ];
 
-const IDENTITY_KEYS: [&str; 10] = [
+const IDENTITY_KEYS: [&str; 12] = [
     "homeserver",
     "user_id",
     "allowed_senders",
@@ -147,6 +157,8 @@ const IDENTITY_KEYS: [&str; 10] = [
     "approve_keys",
     "deny_keys",
     "replay_budget",
+    "undecryptable_grace_secs",
+    "undecryptable_notice",
 ];
 
 /// The whole configuration, checked. See the module docs for each key.
@@ -195,6 +207,10 @@ pub struct IdentitySettings {
     pub reaction_keys: ReactionKeys,
     /// How many queued events a session gets when it attaches (greater than zero).
     pub replay_budget: usize,
+    /// How long an undecryptable event waits for its room key, in seconds (0: none).
+    pub undecryptable_grace_secs: u64,
+    /// Whether the sender of an event still undecryptable then gets a notice.
+    pub undecryptable_notice: bool,
 }
 
 impl IdentitySettings {
@@ -202,6 +218,7 @@ impl IdentitySettings {
     /// milliseconds (saturating; [`Config::load`] refuses a value that overflows),
     /// the id lists as sets, and the model's defaults for what the file does not set
     /// (`max_prompts`, `queue_cap`, `body_cap_bytes`, `quote_cap_chars`, `log_cap`).
+    /// `undecryptable_grace_secs` × 1000 as milliseconds, saturating likewise.
     pub fn model_config(&self) -> IdentityConfig {
         let user = |u: &OwnedUserId| UserId(u.to_string());
         let mut config =
@@ -215,6 +232,8 @@ impl IdentitySettings {
         config.settle_ms = self.settle_ms;
         config.reaction_keys = self.reaction_keys.clone();
         config.replay_budget = self.replay_budget;
+        config.undecryptable_grace_ms = self.undecryptable_grace_secs.saturating_mul(1000);
+        config.undecryptable_notice = self.undecryptable_notice;
         config
     }
 }
@@ -836,6 +855,26 @@ impl Walk<'_> {
             None => Some(DEFAULT_REPLAY_BUDGET),
             Some(v) => self.typed::<usize>(&key("replay_budget"), v),
         };
+        let undecryptable_grace_secs = match dict.get("undecryptable_grace_secs") {
+            None => Some(DEFAULT_UNDECRYPTABLE_GRACE_MS / 1000),
+            Some(v) => self
+                .typed::<u64>(&key("undecryptable_grace_secs"), v)
+                .filter(|secs| {
+                    let fits = secs.checked_mul(1000).is_some();
+                    if !fits {
+                        self.issue(
+                            &key("undecryptable_grace_secs"),
+                            Some(v),
+                            "too large: the grace period in milliseconds must fit in 64 bits",
+                        );
+                    }
+                    fits
+                }),
+        };
+        let undecryptable_notice = match dict.get("undecryptable_notice") {
+            None => Some(false),
+            Some(v) => self.typed::<bool>(&key("undecryptable_notice"), v),
+        };
         let approve_keys = match dict.get("approve_keys") {
             None => Some(None),
             Some(v) => self.strings(&key("approve_keys"), v).map(Some),
@@ -859,6 +898,8 @@ impl Walk<'_> {
             settle_ms: settle_ms?,
             reaction_keys: reaction_keys?,
             replay_budget: replay_budget?,
+            undecryptable_grace_secs: undecryptable_grace_secs?,
+            undecryptable_notice: undecryptable_notice?,
         };
         self.check_identity(path, dict, &settings)
             .then_some(settings)
@@ -1046,6 +1087,8 @@ settle_ms = 1500
 approve_keys = ["🚀"]
 deny_keys = ["🛑", "❌"]
 replay_budget = 50
+undecryptable_grace_secs = 5
+undecryptable_notice = true
 
 [identities.second-bot_2]
 homeserver = "http://localhost:8008"
@@ -1134,6 +1177,8 @@ approvers = []
                 settle_ms: 3000,
                 reaction_keys: ReactionKeys::default(),
                 replay_budget: 200,
+                undecryptable_grace_secs: 30,
+                undecryptable_notice: false,
             }
         );
     }
@@ -1165,6 +1210,8 @@ approvers = []
             ReactionKeys::new(["🚀"], ["🛑", "❌"]).unwrap()
         );
         assert_eq!(bot.replay_budget, 50);
+        assert_eq!(bot.undecryptable_grace_secs, 5);
+        assert!(bot.undecryptable_notice);
         let second = &config.identities["second-bot_2"];
         assert_eq!(second.allowed_senders, Vec::<OwnedUserId>::new());
         assert_eq!(second.approvers, Some(vec![]));
@@ -1211,6 +1258,8 @@ approvers = []
             ReactionKeys::new(["🚀"], ["🛑", "❌"]).unwrap()
         );
         assert_eq!(model.replay_budget, 50);
+        assert_eq!(model.undecryptable_grace_ms, 5_000);
+        assert!(model.undecryptable_notice);
         assert_eq!(model.validate(), Ok(()));
         let defaults = IdentityConfig::new(model.user_id.clone(), []);
         assert_eq!(model.max_prompts, defaults.max_prompts);
@@ -1643,6 +1692,32 @@ permission_room = "#room:localhost"
             issue_at(&issues, "identities.bot.prompt_ttl_secs").message,
             "too large: the lifetime in milliseconds must fit in 64 bits"
         );
+    }
+
+    #[test]
+    fn an_undecryptable_grace_period_that_overflows_milliseconds_is_an_error() {
+        let issues = issues(
+            &with_line(&format!("undecryptable_grace_secs = {}", i64::MAX)),
+            no_env(),
+        );
+        assert_eq!(
+            issue_at(&issues, "identities.bot.undecryptable_grace_secs").message,
+            "too large: the grace period in milliseconds must fit in 64 bits"
+        );
+        let fits = u64::MAX / 1000;
+        let config = load(
+            &with_line(&format!("undecryptable_grace_secs = {fits}")),
+            no_env(),
+        );
+        assert!(config.is_ok(), "{config:?}");
+    }
+
+    #[test]
+    fn an_undecryptable_notice_must_be_a_boolean() {
+        let issues = issues(&with_line("undecryptable_notice = \"yes\""), no_env());
+        assert!(issue_at(&issues, "identities.bot.undecryptable_notice")
+            .message
+            .contains("bool"));
     }
 
     #[test]

@@ -29,9 +29,9 @@ use mc_model::{
     Attachment, EventId, Membership, Message, MessageContent, MsgType, NewContent, Parent,
     Reaction, Redaction, Relation, ReplyTo, RoomId, Undecryptable, UserId,
 };
-use ruma::events::room::encrypted::{EncryptedEventScheme, SyncRoomEncryptedEvent};
 use ruma::events::reaction::SyncReactionEvent;
 use ruma::events::relation::Thread;
+use ruma::events::room::encrypted::{EncryptedEventScheme, SyncRoomEncryptedEvent};
 use ruma::events::room::message::{
     FormattedBody, MessageFormat, MessageType, OriginalSyncRoomMessageEvent,
     Relation as RumaRelation, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,

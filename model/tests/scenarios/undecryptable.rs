@@ -375,7 +375,10 @@ fn a_failed_undecryptable_push_is_not_sent_again_once_the_event_came_decrypted()
     w.release(told, Some(failed()));
 
     assert!(w.trace().is_empty(), "{:?}", w.trace());
-    assert_eq!(w.state().log_entry(&id).map(|e| e.sender.as_str()), Some(ALICE));
+    assert_eq!(
+        w.state().log_entry(&id).map(|e| e.sender.as_str()),
+        Some(ALICE)
+    );
 }
 
 #[test]
