@@ -223,6 +223,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::open(&config.store_dir)?;
             let settings = &config.identities[&identity];
             if mc_server::matrix::is_logged_in(&store, &identity)? {
+                // A running `serve` owns the store: the login stands, and cross-signing
+                // is completed (if it needs to be) once that server is stopped.
+                if let Err(e @ mc_server::store::StoreError::InUse { .. }) =
+                    StoreLock::acquire(&config.store_dir, "login").map(drop)
+                {
+                    println!(
+                        "identity {identity} is already logged in; {e}: stop it and run \
+                         login again to check or complete cross-signing"
+                    );
+                    return Ok(());
+                }
                 let (client, _lock) = restored_client(&config, &identity, "login").await?;
                 let trust = match mc_server::crypto::device_trust(&client).await? {
                     DeviceTrust::NoCrossSigning => {

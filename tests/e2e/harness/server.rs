@@ -33,6 +33,7 @@ pub struct Identity {
     pub prompt_ttl_secs: Option<u64>,
     pub settle_ms: Option<u64>,
     pub replay_budget: Option<u64>,
+    pub undecryptable_grace_secs: Option<u64>,
 }
 
 impl Identity {
@@ -48,6 +49,7 @@ impl Identity {
             prompt_ttl_secs: None,
             settle_ms: None,
             replay_budget: None,
+            undecryptable_grace_secs: None,
         }
     }
 }
@@ -106,6 +108,9 @@ impl ServerConfig {
             }
             if let Some(v) = id.replay_budget {
                 out.push_str(&format!("replay_budget = {v}\n"));
+            }
+            if let Some(v) = id.undecryptable_grace_secs {
+                out.push_str(&format!("undecryptable_grace_secs = {v}\n"));
             }
         }
         out

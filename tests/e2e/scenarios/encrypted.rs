@@ -369,3 +369,56 @@ async fn the_nio_human_withholds_keys_from_a_blacklisted_device_and_a_reshared_k
         .expect_err("bob's device is not verified");
     assert_eq!(refused.kind, "unverified_device", "{refused}");
 }
+
+/// The content of the push that says an event could not be decrypted
+/// (`mc_model::render::render_undecryptable`).
+const UNDECRYPTABLE: &str = "An encrypted event from this sender could not be decrypted: \
+                             its room key has not reached this device. Its content is \
+                             unknown. If the key arrives later, the event is pushed then.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_room_key_is_withheld_is_told_after_the_grace_period_and_pushed_once_its_key_arrives(
+) {
+    let f =
+        NioFixture::start(|config| config.identities[0].undecryptable_grace_secs = Some(2)).await;
+    let (session, _) = f.channel("session").await;
+    let (room, human) = (&f.room, &f.human);
+    let me = human.user_id.as_str();
+
+    // The bot's devices blacklisted: nio shares the room key with none of them.
+    human.blacklist(&f.bot.user_id, None).await;
+    let secret = human
+        .send_text(room, "a secret the bot cannot read yet")
+        .await;
+    assert!(secret.encrypted, "{secret:?}");
+    f.assert_stored_encrypted(&secret.event_id, me).await;
+
+    // After the grace period: that it exists, never what it says.
+    let got = session.next_notification(WAIT).await;
+    assert_push(
+        &got,
+        &push(
+            "undecryptable",
+            UNDECRYPTABLE,
+            &f.origin(&secret.event_id).await,
+            json!({}),
+        ),
+    );
+
+    // The key arrives late: the message itself is pushed, once.
+    human.unblacklist(&f.bot.user_id, None).await;
+    let shared = human.reshare_keys(room, &f.bot.user_id, None).await;
+    assert!(!shared.is_empty(), "nio re-shared the room key");
+    let got = session.next_notification(WAIT).await;
+    assert_push(
+        &got,
+        &message(
+            "a secret the bot cannot read yet",
+            &f.origin(&secret.event_id).await,
+        ),
+    );
+    assert!(
+        session.try_next_notification(QUIET).await.is_none(),
+        "nothing else is pushed"
+    );
+}
