@@ -462,3 +462,37 @@ fn a_parked_event_that_decrypts_to_no_input_is_dropped_as_such_and_never_told() 
         [format!("drop {id} NotInput {{ what: \"m.sticker\" }}")]
     );
 }
+
+#[test]
+fn a_decrypted_event_takes_one_place_in_the_delivery_log() {
+    let mut w = World::configured(|c| c.log_cap = 3);
+    w.attach(S1);
+    let first = w.say(ALICE, R1, "first");
+    let u = w.undecryptable(ALICE, R1);
+    let id = w.send_undecryptable(u.clone());
+    w.advance(GRACE);
+    let message = w.decrypted_text(&u, "decrypted");
+    w.send(message);
+
+    w.say(ALICE, R1, "second");
+    w.say(ALICE, R1, "third");
+
+    // Four events in a log of three: the oldest goes, the decrypted one stays.
+    assert!(w.state().log_entry(&first).is_none());
+    assert!(w.state().log_entry(&id).is_some());
+}
+
+#[test]
+fn a_state_saved_before_the_grace_settings_existed_gets_their_defaults() {
+    let mut saved = serde_json::to_value(work_config()).expect("a config serialises");
+    let fields = saved.as_object_mut().expect("an object");
+    assert!(fields.remove("undecryptable_grace_ms").is_some());
+    assert!(fields.remove("undecryptable_notice").is_some());
+
+    let loaded: mc_model::IdentityConfig =
+        serde_json::from_value(saved).expect("an older config loads");
+
+    assert_eq!(loaded.undecryptable_grace_ms, GRACE);
+    assert!(!loaded.undecryptable_notice);
+    assert_eq!(loaded, work_config());
+}
