@@ -292,6 +292,68 @@ async fn token_revoked(store: Store, token: String, identity: String, every: Dur
     }
 }
 
+/// State of `GET /health`.
+#[derive(Clone)]
+pub struct HealthState {
+    pub store: Store,
+    pub engine: EngineHandle,
+    /// Each identity's sync health, by identity name.
+    pub identities: std::collections::BTreeMap<String, crate::health::SyncHealth>,
+}
+
+/// `GET /health`, outside the bearer middleware: liveness for anyone, details of
+/// the token's own identity for a token holder ([`health`]).
+pub fn health_router(state: HealthState) -> axum::Router {
+    axum::Router::new()
+        .route("/health", axum::routing::get(health))
+        .with_state(state)
+}
+
+/// `GET /health` (README "Health"). Without `Authorization`: `{"status": "ok"}`
+/// (200) or `{"status": "degraded"}` (503: an identity cannot sync, or the engine
+/// does not answer), nothing else. With `Authorization: Bearer <token>`: the same
+/// status and code, plus `"identity"`: the token's own identity's details
+/// ([`crate::health::identity_report`]); never another identity's. An unknown or
+/// revoked token is 401, as on the MCP mounts.
+pub async fn health(State(state): State<HealthState>, headers: axum::http::HeaderMap) -> Response {
+    use crate::health::{all_ok, identity_report, probe_engine, report};
+    let caller = match bearer_token(&headers) {
+        None => None,
+        Some(token) => match state.store.token_identity(&token) {
+            Ok(Some(identity)) => Some(identity),
+            Ok(None) => return unauthorized("unknown or revoked token"),
+            Err(e) => {
+                tracing::error!("token lookup failed: {e}");
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            }
+        },
+    };
+    let engine = probe_engine(&state.engine, caller.clone()).await;
+    let now = std::time::Instant::now();
+    let statuses: Vec<(&String, crate::health::SyncStatus)> = state
+        .identities
+        .iter()
+        .map(|(name, health)| (name, health.snapshot()))
+        .collect();
+    let ok = all_ok(statuses.iter().map(|(_, s)| s), &engine, now);
+    let identity = caller.and_then(|caller| {
+        statuses
+            .iter()
+            .find(|(name, _)| **name == caller)
+            .map(|(name, status)| identity_report(name, status, &engine, now))
+    });
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut response = (code, axum::Json(report(ok, identity))).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
 /// rmcp's durable-session hook: the client's `initialize` params, in SQLite.
 pub struct SqliteSessionStore {
     pub store: Store,

@@ -4,6 +4,7 @@
 pub use mc_adapters::{config, decode, split, summary};
 pub mod crypto;
 pub mod engine;
+pub mod health;
 pub mod http;
 pub mod matrix;
 pub mod mcp;

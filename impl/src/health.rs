@@ -1,0 +1,370 @@
+//! What `GET /health` reports (README "Health"): per identity, whether its sync
+//! works (the homeserver answers, the age of the last successful sync, the last
+//! error, a rejected access token), the backlog of undecryptable events the model
+//! holds, and whether the engine keeps up.
+//!
+//! The sync loop ([`crate::matrix::start`]) writes each identity's [`SyncHealth`];
+//! the HTTP route ([`crate::http::health_router`]) reads it, asks the engine
+//! ([`EngineProbe`]) and renders the JSON with [`report`] and [`identity_report`].
+//! Nothing here decides anything the model decides: it is the driver's own IO state.
+
+use crate::engine::EngineHandle;
+use mc_model::IdentityId;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A sync is taken as working when one succeeded within this: the long poll
+/// (30 s, `SyncSettings`' default) plus matrix-sdk's request timeout (30 s) and a
+/// margin. A homeserver that keeps a request hanging, or matrix-sdk retrying a
+/// 5xx answer inside one `sync_once`, shows here.
+pub const SYNC_STALE: Duration = Duration::from_secs(90);
+
+/// How long `/health` waits for the engine to answer a read before it says the
+/// engine does not keep up (the read waits behind every queued input).
+pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A read that waited longer than this behind queued inputs: the engine lags.
+pub const ENGINE_LAG_LIMIT: Duration = Duration::from_secs(1);
+
+/// Where an identity's sync loop is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncState {
+    /// Not synced yet (`serve` is starting).
+    Starting,
+    /// The last sync succeeded.
+    Syncing,
+    /// The last sync failed; the loop retries (see `matrix::Retry`).
+    Retrying,
+    /// The homeserver rejected the access token (`M_UNKNOWN_TOKEN`; `soft_logout`
+    /// as the homeserver said): the loop stopped. `matrix-channel login --identity
+    /// NAME` logs in again.
+    TokenRejected { soft_logout: bool },
+    /// The loop stopped for another reason (the engine stopped, or saving the sync
+    /// position failed); `last_error` says which.
+    Stopped,
+}
+
+impl SyncState {
+    /// The name in the JSON: `starting`, `syncing`, `retrying`, `token_rejected`,
+    /// `stopped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncState::Starting => "starting",
+            SyncState::Syncing => "syncing",
+            SyncState::Retrying => "retrying",
+            SyncState::TokenRejected { .. } => "token_rejected",
+            SyncState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A snapshot of an identity's sync, as the loop last recorded it.
+#[derive(Clone, Debug)]
+pub struct SyncStatus {
+    pub state: SyncState,
+    /// Whether the homeserver answered the last request (a sync or a probe of
+    /// `GET /_matrix/client/versions`), with any HTTP status; `None` before any.
+    pub homeserver_answers: Option<bool>,
+    /// When the last sync succeeded.
+    pub last_sync_ok: Option<Instant>,
+    /// The last error and when it happened (kept after a later success).
+    pub last_error: Option<(String, Instant)>,
+}
+
+impl Default for SyncStatus {
+    fn default() -> Self {
+        SyncStatus {
+            state: SyncState::Starting,
+            homeserver_answers: None,
+            last_sync_ok: None,
+            last_error: None,
+        }
+    }
+}
+
+impl SyncStatus {
+    /// Whether the identity can sync at `now`: its last sync succeeded and is no
+    /// older than [`SYNC_STALE`].
+    pub fn can_sync(&self, now: Instant) -> bool {
+        self.state == SyncState::Syncing
+            && self
+                .last_sync_ok
+                .is_some_and(|at| now.saturating_duration_since(at) <= SYNC_STALE)
+    }
+}
+
+/// One identity's sync health, shared between its sync loop (writer) and `/health`
+/// and `whoami` (readers). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct SyncHealth(Arc<Mutex<SyncStatus>>);
+
+impl SyncHealth {
+    fn update(&self, f: impl FnOnce(&mut SyncStatus)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// A sync response was received and handed to the engine.
+    pub fn synced(&self) {
+        self.update(|s| {
+            s.state = SyncState::Syncing;
+            s.homeserver_answers = Some(true);
+            s.last_sync_ok = Some(Instant::now());
+        });
+    }
+
+    /// A sync failed; `answered`: the homeserver sent an HTTP answer (an error
+    /// status) rather than none at all (connection refused, timeout).
+    pub fn failed(&self, answered: bool, error: String) {
+        self.update(|s| {
+            s.state = SyncState::Retrying;
+            s.homeserver_answers = Some(answered);
+            s.last_error = Some((error, Instant::now()));
+        });
+    }
+
+    /// A probe of the homeserver answered (`true`) or not.
+    pub fn probed(&self, answered: bool) {
+        self.update(|s| s.homeserver_answers = Some(answered));
+    }
+
+    /// The homeserver rejected the access token for good: the loop stops.
+    pub fn token_rejected(&self, soft_logout: bool, error: String) {
+        self.update(|s| {
+            s.state = SyncState::TokenRejected { soft_logout };
+            s.homeserver_answers = Some(true);
+            s.last_error = Some((error, Instant::now()));
+        });
+    }
+
+    /// The loop stopped for `error`.
+    pub fn stopped(&self, error: String) {
+        self.update(|s| {
+            s.state = SyncState::Stopped;
+            s.last_error = Some((error, Instant::now()));
+        });
+    }
+
+    pub fn snapshot(&self) -> SyncStatus {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What the engine answered to `/health`'s read: how long the read waited behind
+/// queued inputs, and the identity's parked undecryptable events
+/// (`IdentityState::undecryptable`). `lag: None`: no answer within
+/// [`ENGINE_TIMEOUT`] (or the engine stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineProbe {
+    pub lag: Option<Duration>,
+    pub undecryptable: Option<usize>,
+}
+
+impl EngineProbe {
+    /// Whether the engine answered within [`ENGINE_LAG_LIMIT`].
+    pub fn keeps_up(&self) -> bool {
+        self.lag.is_some_and(|lag| lag <= ENGINE_LAG_LIMIT)
+    }
+}
+
+/// Reads the engine once, through its queue (so the read waits behind every
+/// queued input): how long it took, and the parked undecryptable events of
+/// `identity` (`None`: no identity asked, or it is unknown to the model).
+pub async fn probe_engine(engine: &EngineHandle, identity: Option<String>) -> EngineProbe {
+    let started = Instant::now();
+    let read = engine.read(move |channel| {
+        identity.and_then(|name| {
+            channel
+                .identity(&IdentityId(name))
+                .map(|state| state.undecryptable().len())
+        })
+    });
+    match tokio::time::timeout(ENGINE_TIMEOUT, read).await {
+        Ok(Ok(undecryptable)) => EngineProbe {
+            lag: Some(started.elapsed()),
+            undecryptable,
+        },
+        _ => EngineProbe {
+            lag: None,
+            undecryptable: None,
+        },
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether the whole server is healthy: every identity can sync and the engine
+/// answered at all (`lag` is some). A slow engine is reported, not degraded.
+pub fn all_ok<'a>(
+    statuses: impl IntoIterator<Item = &'a SyncStatus>,
+    engine: &EngineProbe,
+    now: Instant,
+) -> bool {
+    engine.lag.is_some() && statuses.into_iter().all(|s| s.can_sync(now))
+}
+
+/// `"ok"` or `"degraded"`.
+pub fn status_word(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "degraded"
+    }
+}
+
+/// The details of one identity:
+///
+/// ```json
+/// {"name": "bot", "status": "ok" | "degraded",
+///  "sync": {"state": "syncing", "homeserver_answers": true, "last_sync_age_ms": 120,
+///           "last_error": null | "…", "last_error_age_ms": null | 5000,
+///           "token_rejected": false, "soft_logout": false},
+///  "undecryptable_backlog": 0,
+///  "engine": {"keeps_up": true, "lag_ms": 1}}
+/// ```
+///
+/// Ages are milliseconds before `now` (`null` when it never happened); `lag_ms`
+/// is `null` when the engine did not answer within [`ENGINE_TIMEOUT`];
+/// `undecryptable_backlog` is `null` then too.
+pub fn identity_report(
+    name: &str,
+    status: &SyncStatus,
+    engine: &EngineProbe,
+    now: Instant,
+) -> Value {
+    let age = |at: Instant| millis(now.saturating_duration_since(at));
+    let (token_rejected, soft_logout) = match status.state {
+        SyncState::TokenRejected { soft_logout } => (true, soft_logout),
+        _ => (false, false),
+    };
+    let ok = status.can_sync(now) && engine.lag.is_some();
+    json!({
+        "name": name,
+        "status": status_word(ok),
+        "sync": {
+            "state": status.state.as_str(),
+            "homeserver_answers": status.homeserver_answers,
+            "last_sync_age_ms": status.last_sync_ok.map(age),
+            "last_error": status.last_error.as_ref().map(|(e, _)| e),
+            "last_error_age_ms": status.last_error.as_ref().map(|(_, at)| age(*at)),
+            "token_rejected": token_rejected,
+            "soft_logout": soft_logout,
+        },
+        "undecryptable_backlog": engine.undecryptable,
+        "engine": {
+            "keeps_up": engine.keeps_up(),
+            "lag_ms": engine.lag.map(millis),
+        },
+    })
+}
+
+/// The body of `GET /health`: `{"status": "ok" | "degraded"}`, plus `"identity":
+/// {…}` ([`identity_report`]) when the request carried a token of that identity.
+pub fn report(ok: bool, identity: Option<Value>) -> Value {
+    match identity {
+        Some(identity) => json!({ "status": status_word(ok), "identity": identity }),
+        None => json!({ "status": status_word(ok) }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(lag_ms: Option<u64>) -> EngineProbe {
+        EngineProbe {
+            lag: lag_ms.map(Duration::from_millis),
+            undecryptable: lag_ms.map(|_| 3),
+        }
+    }
+
+    #[test]
+    fn a_sync_counts_as_working_only_while_its_last_success_is_recent() {
+        let health = SyncHealth::default();
+        let now = Instant::now();
+        assert!(!health.snapshot().can_sync(now), "starting");
+        health.synced();
+        let later = Instant::now();
+        assert!(health.snapshot().can_sync(later));
+        assert!(!health
+            .snapshot()
+            .can_sync(later + SYNC_STALE + Duration::from_secs(1)));
+        health.failed(false, "connection refused".into());
+        assert!(!health.snapshot().can_sync(Instant::now()));
+        health.synced();
+        assert!(health.snapshot().can_sync(Instant::now()));
+        health.token_rejected(true, "M_UNKNOWN_TOKEN".into());
+        assert!(!health.snapshot().can_sync(Instant::now()));
+    }
+
+    #[test]
+    fn the_report_has_its_documented_shape() {
+        let health = SyncHealth::default();
+        health.synced();
+        health.failed(true, "502 Bad Gateway".into());
+        health.synced();
+        let status = health.snapshot();
+        let now = Instant::now();
+        let value = identity_report("bot", &status, &engine(Some(4)), now);
+        let sync = &value["sync"];
+        assert_eq!(value["name"], "bot");
+        assert_eq!(value["status"], "ok");
+        assert_eq!(sync["state"], "syncing");
+        assert_eq!(sync["homeserver_answers"], true);
+        assert!(sync["last_sync_age_ms"].is_u64(), "{value}");
+        assert_eq!(sync["last_error"], "502 Bad Gateway");
+        assert!(sync["last_error_age_ms"].is_u64(), "{value}");
+        assert_eq!(sync["token_rejected"], false);
+        assert_eq!(sync["soft_logout"], false);
+        assert_eq!(value["undecryptable_backlog"], 3);
+        assert_eq!(value["engine"], json!({"keeps_up": true, "lag_ms": 4}));
+        assert_eq!(
+            report(true, Some(value.clone())),
+            json!({"status": "ok", "identity": value})
+        );
+        assert_eq!(report(false, None), json!({"status": "degraded"}));
+    }
+
+    #[test]
+    fn a_rejected_token_an_unreachable_homeserver_and_a_stuck_engine_are_degraded() {
+        let now = Instant::now();
+        let rejected = SyncHealth::default();
+        rejected.token_rejected(false, "M_UNKNOWN_TOKEN: Unknown access token".into());
+        let value = identity_report("bot", &rejected.snapshot(), &engine(Some(1)), now);
+        assert_eq!(value["status"], "degraded");
+        assert_eq!(value["sync"]["state"], "token_rejected");
+        assert_eq!(value["sync"]["token_rejected"], true);
+        assert_eq!(value["sync"]["last_sync_age_ms"], Value::Null);
+
+        let down = SyncHealth::default();
+        down.synced();
+        down.failed(false, "connection refused".into());
+        let value = identity_report("bot", &down.snapshot(), &engine(Some(1)), now);
+        assert_eq!(value["status"], "degraded");
+        assert_eq!(value["sync"]["homeserver_answers"], false);
+        assert_eq!(value["sync"]["state"], "retrying");
+
+        let fine = SyncHealth::default();
+        fine.synced();
+        let snapshot = fine.snapshot();
+        let now = Instant::now();
+        assert!(all_ok([&snapshot], &engine(Some(1)), now));
+        assert!(!all_ok(
+            [&snapshot, &down.snapshot()],
+            &engine(Some(1)),
+            now
+        ));
+        let stuck = engine(None);
+        assert!(!all_ok([&snapshot], &stuck, now));
+        let value = identity_report("bot", &snapshot, &stuck, now);
+        assert_eq!(value["status"], "degraded");
+        assert_eq!(value["engine"], json!({"keeps_up": false, "lag_ms": null}));
+        assert_eq!(value["undecryptable_backlog"], Value::Null);
+        // Slow but answering: reported, not degraded.
+        let slow = engine(Some(1_500));
+        assert!(!slow.keeps_up());
+        assert!(all_ok([&snapshot], &slow, now));
+    }
+}
