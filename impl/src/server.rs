@@ -55,6 +55,21 @@ impl LiveWire {
     }
 }
 
+/// The room's encryption checked right before one of the model's sends (a prompt, an
+/// outcome edit, a notice): [`crate::write::ensure_encrypted_or_plain`], the one rule
+/// of every send path. A refusal is the send's failure, with the reason (`kind:
+/// message`): a prompt post completes `Outcome::Failed` (the model drops the prompt,
+/// `PromptPostFailed`), a failed edit or notice is logged by the engine.
+async fn ensure_not_plaintext(room: &Room, what: &str) -> Result<(), String> {
+    match crate::write::ensure_encrypted_or_plain(room).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!(room = %room.room_id(), kind = e.kind(), "{what} not sent: {}", e.message());
+            Err(e.to_string())
+        }
+    }
+}
+
 fn event_id(id: &EventId) -> Result<OwnedEventId, String> {
     OwnedEventId::try_from(id.as_str()).map_err(|e| format!("event {id}: {e}"))
 }
@@ -80,6 +95,7 @@ impl Wire for LiveWire {
         txn_id: &str,
     ) -> Result<EventId, String> {
         let room = self.joined_room(identity, room)?;
+        ensure_not_plaintext(&room, "the permission prompt").await?;
         let response = room
             .send(prompt_content(text))
             .with_transaction_id(OwnedTransactionId::from(txn_id.to_string()))
@@ -97,6 +113,7 @@ impl Wire for LiveWire {
     ) -> Result<(), String> {
         let room = self.joined_room(identity, room)?;
         let edit = edit_content(&event_id(event_id_)?, text);
+        ensure_not_plaintext(&room, "the prompt's outcome edit").await?;
         room.send(edit).await.map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -110,6 +127,7 @@ impl Wire for LiveWire {
     ) -> Result<(), String> {
         let room = self.joined_room(identity, room)?;
         let content = notice_content(&event_id(in_reply_to)?, text);
+        ensure_not_plaintext(&room, "the notice").await?;
         room.send(content).await.map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -250,6 +268,14 @@ pub fn router(
     peers: Peers,
     identities: BTreeMap<String, Identity>,
 ) -> axum::Router {
+    let health = crate::http::HealthState {
+        store: store.clone(),
+        engine: engine.clone(),
+        identities: identities
+            .iter()
+            .map(|(name, identity)| (name.clone(), identity.health.clone()))
+            .collect(),
+    };
     let app = Arc::new(App {
         identities,
         engine: engine.clone(),
@@ -290,6 +316,8 @@ pub fn router(
             AuthState::new(store),
             authenticate,
         ))
+        // After the layer: `/health` answers liveness without a token.
+        .merge(crate::http::health_router(health))
 }
 
 async fn shutdown() {

@@ -19,8 +19,9 @@ use matrix_sdk::ruma::events::room::message::{
     RoomMessageEventContentWithoutRelation, TextMessageEventContent,
 };
 use matrix_sdk::ruma::events::Mentions;
+use matrix_sdk::ruma::events::StateEventType;
 use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId, OwnedUserId};
-use matrix_sdk::{Room, RoomState};
+use matrix_sdk::{EncryptionState, Room, RoomState};
 use mc_model::{AgentText, AgentWrite, DropReason, EventId, RoomId, UserId};
 
 /// A tool failure that is not a schema error (see `mcp.rs` for the contract): the
@@ -39,6 +40,13 @@ pub enum ToolError {
     TooLarge(String),
     /// `upstream`: the homeserver failed or could not be reached.
     Upstream(String),
+    /// `encryption_unknown`: whether the room is encrypted could not be learnt (the
+    /// homeserver did not answer for its `m.room.encryption` state), so nothing was
+    /// sent (see [`ensure_encrypted_or_plain`]).
+    EncryptionUnknown(String),
+    /// `would_send_plaintext`: the room is or was encrypted and this send would go
+    /// out in the clear, so nothing was sent (see [`ensure_encrypted_or_plain`]).
+    WouldSendPlaintext(String),
 }
 
 impl ToolError {
@@ -51,6 +59,8 @@ impl ToolError {
             ToolError::Forbidden(_) => "forbidden",
             ToolError::TooLarge(_) => "too_large",
             ToolError::Upstream(_) => "upstream",
+            ToolError::EncryptionUnknown(_) => "encryption_unknown",
+            ToolError::WouldSendPlaintext(_) => "would_send_plaintext",
         }
     }
 
@@ -62,7 +72,9 @@ impl ToolError {
             | ToolError::NotFound(m)
             | ToolError::Forbidden(m)
             | ToolError::TooLarge(m)
-            | ToolError::Upstream(m) => m,
+            | ToolError::Upstream(m)
+            | ToolError::EncryptionUnknown(m)
+            | ToolError::WouldSendPlaintext(m) => m,
         }
     }
 }
@@ -164,6 +176,94 @@ fn room_of(identity: &Identity, room: &RoomId) -> Result<Room, ToolError> {
     joined(identity, room.as_str())
 }
 
+/// What a room's encryption allows a send to be, as [`ensure_encrypted_or_plain`]
+/// found it right before the send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoomEncryption {
+    /// The room is encrypted: matrix-sdk's `Room::send` Megolm-encrypts what it
+    /// sends (`m.room.encrypted`), except `m.reaction`, which it always sends in the
+    /// clear (matrix-sdk 0.18 `SendRawMessageLikeEvent`: "Reactions are currently
+    /// famously not encrypted").
+    Encrypted,
+    /// The room is not encrypted and never was (no `m.room.encryption` in the store):
+    /// sends go out in the clear, as everyone else's in the room do.
+    Plain,
+}
+
+/// The rule "never plaintext into an encrypted room", from what matrix-sdk knows:
+/// `state` is `Room::latest_encryption_state()` (which asks the homeserver for the
+/// room's `m.room.encryption` state when the store does not know it), and
+/// `ever_encrypted` whether the state store holds an `m.room.encryption` event of
+/// the room (redacted or not: matrix-sdk ignores a redacted or unreadable one for
+/// `state`, and a refetch after a state reset that lost it on the homeserver sets
+/// `state` to not encrypted while the stored event stays).
+///
+/// Errors: `would_send_plaintext` when the room was encrypted but matrix-sdk now
+/// takes it as not encrypted (its `Room::send` would send in the clear);
+/// `encryption_unknown` when the state is still unknown.
+pub fn encryption_rule(
+    state: &EncryptionState,
+    ever_encrypted: bool,
+) -> Result<RoomEncryption, ToolError> {
+    if state.is_encrypted() {
+        Ok(RoomEncryption::Encrypted)
+    } else if state.is_unknown() {
+        Err(ToolError::EncryptionUnknown(
+            "the room's encryption state (m.room.encryption) is unknown, even after asking \
+             the homeserver: nothing was sent"
+                .into(),
+        ))
+    } else if ever_encrypted {
+        Err(ToolError::WouldSendPlaintext(
+            "the room was encrypted (its m.room.encryption event is in the store) but \
+             matrix-sdk now takes it as not encrypted (a state reset?): it would send in the \
+             clear, so nothing was sent"
+                .into(),
+        ))
+    } else {
+        Ok(RoomEncryption::Plain)
+    }
+}
+
+/// Checks `room`'s encryption right before a send: the one place every send path
+/// of the server asks (the agent's writes in [`perform`], and `LiveWire`'s prompt
+/// posts, outcome edits and notices in `server.rs`). Reads matrix-sdk's own
+/// knowledge, `Room::latest_encryption_state()` (fetching `GET
+/// /rooms/{roomId}/state/m.room.encryption/` when unknown) and the stored
+/// `m.room.encryption` event, and applies [`encryption_rule`].
+///
+/// `Ok(Encrypted)` means `Room::send` will encrypt an `m.room.message`; a caller
+/// sending something matrix-sdk never encrypts (a reaction) or that the spec keeps
+/// in the clear (a redaction's `reason`) must refuse it then
+/// ([`plaintext_refused`]). Errors: `encryption_unknown` when the homeserver did not
+/// answer or the store failed; `would_send_plaintext` (see [`encryption_rule`]).
+pub async fn ensure_encrypted_or_plain(room: &Room) -> Result<RoomEncryption, ToolError> {
+    let state = room.latest_encryption_state().await.map_err(|e| {
+        ToolError::EncryptionUnknown(format!(
+            "cannot learn whether {} is encrypted ({e}): nothing was sent",
+            room.room_id()
+        ))
+    })?;
+    let stored = room
+        .get_state_event(StateEventType::RoomEncryption, "")
+        .await
+        .map_err(|e| {
+            ToolError::EncryptionUnknown(format!(
+                "cannot read {}'s m.room.encryption from the store ({e}): nothing was sent",
+                room.room_id()
+            ))
+        })?;
+    encryption_rule(&state, stored.is_some())
+}
+
+/// The refusal of a send that would carry `what` in the clear into an encrypted
+/// room: `would_send_plaintext`, naming why it cannot be encrypted.
+pub fn plaintext_refused(what: &str, why: &str) -> ToolError {
+    ToolError::WouldSendPlaintext(format!(
+        "the room is encrypted and {what} would be sent in the clear ({why}): nothing was sent"
+    ))
+}
+
 /// `m.text` content of one part exactly as the model judged it.
 pub fn text_content(text: &AgentText) -> RoomMessageEventContentWithoutRelation {
     let mut content = TextMessageEventContent::plain(text.body.clone());
@@ -214,6 +314,25 @@ pub fn with_relation(
 /// Performs `write` as `identity`, exactly as given. Errors: the contract's kinds
 /// ([`matrix_error`]); a message whose part `i` failed has sent parts `0..i` (a
 /// retry with the same `txn_id` sends each part at most once).
+///
+/// Never plaintext into an encrypted room: every write that sends a room event asks
+/// [`ensure_encrypted_or_plain`] right before it sends, and what it means per write:
+/// - a message part and an edit: sent when the room is encrypted (matrix-sdk encrypts
+///   them) or plain; refused (`would_send_plaintext`, `encryption_unknown`) otherwise;
+/// - a reaction: refused in an encrypted room too, since matrix-sdk 0.18 sends every
+///   `m.reaction` in the clear and its key is any text the agent chose;
+/// - a redaction: an `m.room.redaction` is never encrypted, since the homeserver must
+///   read what it redacts to apply it ([Client-Server API, "Redactions"]; the
+///   end-to-end encryption module encrypts message content, not the redaction the
+///   server acts on). Without a `reason` it carries only the target id, which is in
+///   the clear anyway (`m.relates_to` and `redacts` are never encrypted), so it is
+///   sent; with a `reason` (free text) into an encrypted room it is refused;
+/// - a read receipt is no room event: an ephemeral `m.receipt` (EDU) naming an
+///   event id, which the spec never encrypts ([Client-Server API, "Receipts"]), so
+///   it is not checked; nor are joins, leaves and invites (membership, no content).
+///
+/// [Client-Server API, "Redactions"]: https://spec.matrix.org/v1.16/client-server-api/#redactions
+/// [Client-Server API, "Receipts"]: https://spec.matrix.org/v1.16/client-server-api/#receipts
 pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written, ToolError> {
     let own = identity.settings.user_id.as_str();
     match write {
@@ -243,6 +362,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                     mention.clone(),
                 );
                 let txn = OwnedTransactionId::from(format!("{txn_id}-{i}"));
+                ensure_encrypted_or_plain(&room).await?;
                 let response = room
                     .send(content)
                     .with_transaction_id(txn)
@@ -269,6 +389,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                 )
                 .await
                 .map_err(upstream)?;
+            ensure_encrypted_or_plain(&room).await?;
             let response = room.send(edit).await.map_err(matrix_error)?;
             Ok(sent(response.response.event_id))
         }
@@ -280,6 +401,12 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             let room = room_of(identity, room)?;
             let content =
                 ReactionEventContent::new(Annotation::new(event(relates_to)?, key.clone()));
+            if ensure_encrypted_or_plain(&room).await? == RoomEncryption::Encrypted {
+                return Err(plaintext_refused(
+                    "the reaction's key",
+                    "matrix-sdk 0.18 never encrypts m.reaction; reply with send_message instead",
+                ));
+            }
             let response = room.send(content).await.map_err(matrix_error)?;
             Ok(sent(response.response.event_id))
         }
@@ -289,8 +416,18 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             reason,
         } => {
             let room = room_of(identity, room)?;
+            let redacts = event(redacts)?;
+            if reason.is_some()
+                && ensure_encrypted_or_plain(&room).await? == RoomEncryption::Encrypted
+            {
+                return Err(plaintext_refused(
+                    "the redaction's reason",
+                    "a redaction is never encrypted: the homeserver must read it; redact \
+                     without a reason",
+                ));
+            }
             let response = room
-                .redact(&event(redacts)?, reason.as_deref(), None)
+                .redact(&redacts, reason.as_deref(), None)
                 .await
                 .map_err(http_error)?;
             Ok(sent(response.event_id))
@@ -432,6 +569,33 @@ mod tests {
             reply["m.relates_to"],
             serde_json::json!({"m.in_reply_to": {"event_id": "$target"}})
         );
+    }
+
+    #[test]
+    fn a_room_that_is_or_was_encrypted_or_is_unknown_never_takes_plaintext() {
+        use RoomEncryption::{Encrypted, Plain};
+        let rule = |state, ever| encryption_rule(&state, ever).map_err(|e| e.kind());
+        assert_eq!(rule(EncryptionState::Encrypted, true), Ok(Encrypted));
+        // matrix-sdk's state wins when it says encrypted (the event may not be stored
+        // yet when the state came from the homeserver's answer).
+        assert_eq!(rule(EncryptionState::Encrypted, false), Ok(Encrypted));
+        assert_eq!(rule(EncryptionState::NotEncrypted, false), Ok(Plain));
+        // A state reset: the homeserver lost m.room.encryption, the store has it.
+        assert_eq!(
+            rule(EncryptionState::NotEncrypted, true),
+            Err("would_send_plaintext")
+        );
+        for ever in [false, true] {
+            assert_eq!(
+                rule(EncryptionState::Unknown, ever),
+                Err("encryption_unknown")
+            );
+        }
+        let refused = plaintext_refused("the reaction's key", "why");
+        assert_eq!(refused.kind(), "would_send_plaintext");
+        assert!(refused
+            .message()
+            .contains("the reaction's key would be sent in the clear (why)"));
     }
 
     #[test]
