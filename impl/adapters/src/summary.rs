@@ -4,6 +4,7 @@
 //!
 //! [Client-Server API, "Forming relationships between events"]: https://spec.matrix.org/v1.16/client-server-api/#forming-relationships-between-events
 
+use ruma::events::room::message::MessageType;
 use serde_json::{json, Map, Value};
 
 /// How the event reached us, as matrix-sdk reports it.
@@ -39,9 +40,14 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
 /// `allowed`: whether the sender passes the identity's sender gate).
 ///
 /// Shape: `{event_id, type, sender, sender_allowed, ts (ms), decryption, redacted,
-/// msgtype?, body?, formatted_body?, reply_to?, edit_of?, thread_root?,
+/// msgtype?, body?, formatted_body?, attachment?, reply_to?, edit_of?, thread_root?,
 /// reaction_key?, reacted_to?, redacts?, state_key?}`. `body` of an edit is its
-/// `m.new_content` body. Returns `None` when `raw` is not a JSON object.
+/// `m.new_content` body. `attachment` (an `m.image`, `m.file`, `m.audio` or
+/// `m.video`) is `{filename, size (bytes) or null, mimetype or null, encrypted}`:
+/// the facts of `info` as [`crate::decode`] reads them, and `encrypted` true when the
+/// media is an encrypted `file` rather than a `url` (Client-Server API, "Sending
+/// encrypted attachments"; `download_attachment` decrypts it). Returns `None` when
+/// `raw` is not a JSON object.
 pub fn summarize(
     raw: &str,
     decryption: Decryption,
@@ -123,6 +129,18 @@ pub fn summarize(
         if let Some(html) = str_at(&shown, &["formatted_body"]) {
             out.insert("formatted_body".into(), json!(html));
         }
+    }
+    let file = serde_json::from_value::<MessageType>(shown.clone()).ok();
+    if let Some(file) = file.as_ref().and_then(crate::decode::attachment) {
+        out.insert(
+            "attachment".into(),
+            json!({
+                "filename": file.filename,
+                "size": file.size,
+                "mimetype": file.mimetype,
+                "encrypted": shown.get("file").is_some(),
+            }),
+        );
     }
     let redacts = str_at(&v, &["content", "redacts"]).or_else(|| str_at(&v, &["redacts"]));
     if str_at(&v, &["type"]) == Some("m.room.redaction") {
@@ -223,6 +241,34 @@ mod tests {
         assert!(s.get("body").is_none());
         assert!(summarize("[1]", Decryption::Plaintext, &all).is_none());
         assert!(summarize("not json", Decryption::Plaintext, &all).is_none());
+    }
+
+    #[test]
+    fn an_attachment_in_the_clear_or_encrypted_is_summarised_with_its_facts() {
+        let plain = include_str!("../../tests/data/events/file.json");
+        let encrypted = include_str!("../../tests/data/events/encrypted_file.json");
+        let s = summarize(plain, Decryption::Plaintext, &all).unwrap();
+        assert_eq!(
+            s["attachment"],
+            json!({"filename": "build.log", "size": 1024, "mimetype": "text/plain",
+                   "encrypted": false})
+        );
+        let s = summarize(encrypted, Decryption::Decrypted, &all).unwrap();
+        assert_eq!(
+            s["attachment"],
+            json!({"filename": "secrets.txt", "size": 2048, "mimetype": "text/plain",
+                   "encrypted": true})
+        );
+        assert_eq!(
+            (s["msgtype"].clone(), s["body"].clone()),
+            (json!("m.file"), json!("secrets.txt"))
+        );
+        let text = r#"{"type":"m.room.message","event_id":"$a","sender":"@h:x","origin_server_ts":5,
+            "content":{"msgtype":"m.text","body":"hi"}}"#;
+        assert!(summarize(text, Decryption::Plaintext, &all)
+            .unwrap()
+            .get("attachment")
+            .is_none());
     }
 
     #[test]
