@@ -446,8 +446,11 @@ fn html_body(msgtype: &MessageType) -> Option<String> {
 }
 
 /// What an `m.image`, `m.file`, `m.audio` or `m.video` carries: `filename`, or
-/// `body` when there is none; `info.size` (bytes) and `info.mimetype`.
-fn attachment(msgtype: &MessageType) -> Option<Attachment> {
+/// `body` when there is none; `info.size` (bytes) and `info.mimetype`. The same for
+/// a file in the clear (`url`) and an encrypted one (`file` with `key`, `iv`,
+/// `hashes`: Client-Server API, "Sending encrypted attachments"), whose `info`
+/// describes the plaintext.
+pub(crate) fn attachment(msgtype: &MessageType) -> Option<Attachment> {
     let make =
         |filename: &Option<String>, body: &str, size: Option<UInt>, mimetype: Option<&String>| {
             Some(Attachment {
@@ -659,12 +662,13 @@ mod tests {
     const REDACTED_REACTION: &str = include_str!("../../tests/data/events/redacted_reaction.json");
     const IMAGE: &str = include_str!("../../tests/data/events/image.json");
     const FILE: &str = include_str!("../../tests/data/events/file.json");
+    const ENCRYPTED_FILE: &str = include_str!("../../tests/data/events/encrypted_file.json");
     const UNKNOWN_MSGTYPE: &str = include_str!("../../tests/data/events/unknown_msgtype.json");
     const STATE_MEMBER: &str = include_str!("../../tests/data/events/state_member.json");
     const ENCRYPTED: &str = include_str!("../../tests/data/events/encrypted.json");
     const EDITED_PARENT: &str = include_str!("../../tests/data/events/edited_parent.json");
 
-    const ALL: [&str; 18] = [
+    const ALL: [&str; 19] = [
         TEXT,
         TEXT_MARKDOWN,
         NOTICE,
@@ -679,6 +683,7 @@ mod tests {
         REDACTED_REACTION,
         IMAGE,
         FILE,
+        ENCRYPTED_FILE,
         UNKNOWN_MSGTYPE,
         STATE_MEMBER,
         ENCRYPTED,
@@ -1135,6 +1140,35 @@ mod tests {
                 filename: "build.log".to_owned(),
                 size: Some(1024),
                 mimetype: Some("text/plain".to_owned()),
+            })
+        );
+    }
+
+    #[test]
+    fn an_encrypted_file_is_an_attachment_with_the_facts_of_its_info() {
+        // Matrix spec "Sending encrypted attachments": `file` (url, key, iv, hashes,
+        // v) instead of `url`; the size and mimetype of the plaintext stay in `info`.
+        let c = content(ENCRYPTED_FILE);
+        assert_eq!(c.msgtype, MsgType::File);
+        assert_eq!(
+            c.attachment,
+            Some(Attachment {
+                filename: "secrets.txt".to_owned(),
+                size: Some(2048),
+                mimetype: Some("text/plain".to_owned()),
+            })
+        );
+        let image = edited(ENCRYPTED_FILE, |v| {
+            v["content"]["msgtype"] = json!("m.image");
+            v["content"]["filename"] = json!("shot.png");
+            v["content"]["info"] = json!({"mimetype": "image/png", "size": 7});
+        });
+        assert_eq!(
+            content(&image).attachment,
+            Some(Attachment {
+                filename: "shot.png".to_owned(),
+                size: Some(7),
+                mimetype: Some("image/png".to_owned()),
             })
         );
     }
