@@ -365,6 +365,48 @@ impl NioHuman {
         .await
     }
 
+    /// An attachment of `bytes` as `msgtype` (`m.file`, `m.image`, …) named
+    /// `filename`, with `info` {mimetype, size}; `encrypted`: uploaded as encrypted
+    /// media (nio's `upload(encrypt=True)`) and sent with `file` {url, key, iv,
+    /// hashes, v} instead of `url` ("Sending encrypted attachments"). Returns the send
+    /// and the `file` object (`Null` for media in the clear).
+    pub async fn send_file(
+        &self,
+        room: &str,
+        msgtype: &str,
+        filename: &str,
+        mimetype: &str,
+        bytes: &[u8],
+        encrypted: bool,
+    ) -> (Sent, Value) {
+        use base64::Engine as _;
+        let answer = self
+            .ok(json!({
+                "cmd": "send_file", "room": room, "msgtype": msgtype, "filename": filename,
+                "mimetype": mimetype, "encrypted": encrypted,
+                "data_base64": base64::engine::general_purpose::STANDARD.encode(bytes),
+            }))
+            .await;
+        (sent(&answer), answer["file"].clone())
+    }
+
+    /// Sends `m.room.encryption` (`m.megolm.v1.aes-sha2`) into `room`, which had
+    /// none; returns once nio takes the room as encrypted.
+    pub async fn enable_encryption(&self, room: &str) {
+        self.ok(json!({ "cmd": "enable_encryption", "room": room }))
+            .await;
+    }
+
+    /// Marks `device` of `user` verified in nio (nio has no cross-signing: a verified
+    /// device is its only trust); returns the ed25519 key nio holds for it.
+    pub async fn verify(&self, user: &str, device: &str) -> String {
+        let answer = self.ok(device_cmd("verify", user, Some(device))).await;
+        answer["ed25519"][device]
+            .as_str()
+            .expect("the device's ed25519 key")
+            .to_owned()
+    }
+
     /// Redacts `target` (a redaction is never encrypted).
     pub async fn redact(&self, room: &str, target: &str, reason: Option<&str>) -> Sent {
         self.sent(json!({ "cmd": "redact", "room": room, "event_id": target, "reason": reason }))
@@ -494,10 +536,15 @@ pub struct NioFixture {
 
 impl NioFixture {
     pub async fn start(tune: impl FnOnce(&mut ServerConfig)) -> NioFixture {
+        NioFixture::start_in(true, tune).await
+    }
+
+    /// The same cast in a room created encrypted or not (`encrypted`).
+    pub async fn start_in(encrypted: bool, tune: impl FnOnce(&mut ServerConfig)) -> NioFixture {
         let permit = scenario_permit().await;
         let bot = register("bot").await;
         let human = NioHuman::register("human", Some(HUMAN_NAME)).await;
-        let room = human.create_encrypted_room(&[]).await;
+        let room = human.create_room(&[], encrypted).await;
 
         let mut identity = Identity::new(IDENTITY, &bot, &[&human.user_id]);
         identity.permission_room = Some(room.clone());
@@ -530,6 +577,15 @@ impl NioFixture {
         (client, connected)
     }
 
+    /// A new MCP client connected to `/mcp` (every tool) with the identity's token.
+    pub async fn tools(&self, name: &str) -> McpClient {
+        let client = McpClient::spawn(name).await;
+        client
+            .connect(&self.server.url("/mcp"), self.server.token(IDENTITY))
+            .await;
+        client
+    }
+
     /// The origin of the human's message `event_id` (display name as `user`).
     pub async fn origin(&self, event_id: &str) -> Origin {
         Origin {
@@ -547,6 +603,26 @@ impl NioFixture {
             user: self.human.user_id.clone(),
             ..self.origin(event_id).await
         }
+    }
+
+    /// The bot's device `device` as the homeserver publishes it (`POST
+    /// /keys/query` as the human): its `ed25519:<device>` key. matrix-channel prints
+    /// no device key of its own, so this is the only source a test has.
+    pub async fn published_ed25519(&self, device: &str) -> String {
+        let bot = self.bot.user_id.as_str();
+        let keys = self
+            .human
+            .raw
+            .call(
+                reqwest::Method::POST,
+                "/_matrix/client/v3/keys/query",
+                Some(&json!({ "device_keys": { bot: [device] } })),
+            )
+            .await;
+        keys["device_keys"][bot][device]["keys"][format!("ed25519:{device}")]
+            .as_str()
+            .unwrap_or_else(|| panic!("no ed25519 key of {bot} {device} in {keys}"))
+            .to_owned()
     }
 
     /// The event as the homeserver stores it (`GET /rooms/{room}/event/{id}` as the

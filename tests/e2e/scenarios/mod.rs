@@ -8,6 +8,7 @@ mod cross_signing;
 mod encrypted;
 mod permission_reaction;
 mod permission_text;
+mod plaintext;
 mod relations;
 mod replay;
 mod restart;
