@@ -197,7 +197,7 @@ impl McpServer {
     }
 
     #[tool(
-        description = "A page of a room's timeline, newest first by default. Each event: event_id, type, sender, sender_allowed, ts, body, reply_to, edit_of, thread_root, reactions {key: count}, redacted, decryption. `next` continues the page.",
+        description = "A page of a room's timeline, newest first by default. Each event: event_id, type, sender, sender_allowed, ts, body, attachment {filename, size, mimetype, encrypted} (download it with download_attachment), reply_to, edit_of, thread_root, reactions {key: count}, redacted, decryption. `next` continues the page.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
     async fn read_messages(
@@ -355,6 +355,10 @@ impl McpServer {
                     )));
                 }
             }
+            // An encrypted room's media is `file` {url, key, iv, hashes} (ruma's
+            // `MediaSource::Encrypted`; Client-Server API, "Sending encrypted
+            // attachments"): matrix-sdk downloads the ciphertext, decrypts it
+            // (AES-CTR) and checks its sha256 before returning the plaintext.
             let request = MediaRequestParameters {
                 source,
                 format: MediaFormat::File,
