@@ -11,7 +11,9 @@
 //!   direction, a limit out of range),
 //!   `not_joined` (the identity is not joined: left, invited, banned or unknown),
 //!   `not_found`, `forbidden`, `too_large`, `upstream` (the homeserver failed or
-//!   could not be reached).
+//!   could not be reached), `would_send_plaintext` and `encryption_unknown` (nothing
+//!   was sent into a room that is or was encrypted, or whose encryption is unknown:
+//!   `write::ensure_encrypted_or_plain`).
 
 mod read_tools;
 mod write_tools;
