@@ -320,7 +320,7 @@ impl Wire for MemWire {
                 return Err(ToolError::Invalid(format!(
                     "the in-memory homeserver takes no {} write",
                     other.kind()
-                )))
+                )));
             }
         }
         let mut event_ids = Vec::new();
@@ -532,9 +532,12 @@ impl InProcess {
             id: ev.room.clone(),
             wire: &self.wire,
         };
-        let input = self
-            .rt
-            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
+        let input = self.rt.block_on(timeline_input(
+            &ev.ident.id(),
+            &room,
+            &json.to_string(),
+            mc_model::DeviceTrust::Clear,
+        ));
         if ev.input.as_ref() != Some(&input) {
             return Err(format!(
                 "the adapter made {json} into {input:?}, the reference {:?}",
@@ -574,9 +577,12 @@ impl InProcess {
             id: ev.room.clone(),
             wire: &self.wire,
         };
-        let input = self
-            .rt
-            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
+        let input = self.rt.block_on(timeline_input(
+            &ev.ident.id(),
+            &room,
+            &json.to_string(),
+            mc_model::DeviceTrust::Clear,
+        ));
         match input {
             Input::NotInput { what, .. } => {
                 Err(format!("the adapter took {json} as no input: {what}"))
@@ -769,9 +775,12 @@ impl Adapter for InProcess {
             id: ev.room.clone(),
             wire: &self.wire,
         };
-        let input = self
-            .rt
-            .block_on(timeline_input(&ev.ident.id(), &room, &json.to_string()));
+        let input = self.rt.block_on(timeline_input(
+            &ev.ident.id(),
+            &room,
+            &json.to_string(),
+            mc_model::DeviceTrust::Clear,
+        ));
         self.submit(input)
     }
 

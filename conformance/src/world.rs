@@ -933,6 +933,7 @@ impl World {
                         origin_server_ts: self.now,
                         relates_to,
                         key: key.as_str().to_owned(),
+                        device: mc_model::DeviceTrust::Clear,
                     },
                 });
             }
@@ -1166,6 +1167,7 @@ impl World {
                             relation: None,
                             attachment: None,
                         }),
+                        device: mc_model::DeviceTrust::Clear,
                     },
                 };
                 ev.input = Some(input.clone());
@@ -1546,7 +1548,7 @@ impl World {
                 (body.to_owned(), false)
             }
             EvKind::Reaction | EvKind::Redaction | EvKind::Other | EvKind::Encrypted => {
-                return None
+                return None;
             }
         };
         Some(Parent {
@@ -1587,7 +1589,9 @@ impl World {
                     body = format!("{quote}\n{body}");
                     let html = format!(
                         "<mx-reply><blockquote><a href=\"https://matrix.to/#/{}/{}\">In reply to</a> <a href=\"https://matrix.to/#/{who}\">{who}</a><br>quoted</blockquote></mx-reply>{}",
-                        t.room.0, parent_id.0, text.body()
+                        t.room.0,
+                        parent_id.0,
+                        text.body()
                     );
                     content["body"] = json!(body);
                     content["format"] = json!("org.matrix.custom.html");
@@ -1676,6 +1680,7 @@ impl World {
                     relation,
                     attachment: None,
                 }),
+                device: mc_model::DeviceTrust::Clear,
             },
         }
     }

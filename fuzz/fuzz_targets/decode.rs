@@ -24,8 +24,8 @@ use mc_adapters::decode::{
 };
 use mc_fuzz::check_notification;
 use mc_model::{
-    Channel, Effect, IdentityConfig, IdentityId, Input, Membership, Parent, RoomId, SessionId,
-    UserId,
+    Channel, DeviceTrust, Effect, IdentityConfig, IdentityId, Input, Membership, Parent, RoomId,
+    SessionId, UserId,
 };
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -93,7 +93,19 @@ fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
 fuzz_target!(|data: &[u8]| {
     let json = String::from_utf8_lossy(data);
     let room = RoomId::from(ROOM);
-    let decoded = decode_timeline_event(&room, &json);
+    // The device is the driver's (matrix-sdk's) word, not the JSON's: any of the
+    // three, and a decoded message or reaction carries exactly it.
+    let device = [
+        DeviceTrust::Clear,
+        DeviceTrust::CrossSigned,
+        DeviceTrust::NotCrossSigned,
+    ][data.len() % 3];
+    let decoded = decode_timeline_event(&room, &json, device);
+    match &decoded {
+        Ok(Decoded::Message(m)) => assert_eq!(m.device, device),
+        Ok(Decoded::Reaction(r)) => assert_eq!(r.device, device),
+        _ => {}
+    }
     let parent = parent_from_event(&json);
     let object: Option<Top> = serde_json::from_str(&json).ok();
     match (&decoded, &object) {

@@ -718,6 +718,7 @@ mod tests {
                     relation: None,
                     attachment: None,
                 }),
+    device: mc_model::DeviceTrust::Clear,
             },
         }
     }

@@ -4,6 +4,8 @@
 //! [`crate::Channel::add_identity`]. No [`crate::Input`] can change it: the agent can
 //! never widen its own allowlist (an invariant of the model check).
 
+use crate::effect::DropReason;
+use crate::event::DeviceTrust;
 use crate::ids::{Millis, RoomId, UserId};
 use crate::reaction::ReactionKeys;
 use serde::{Deserialize, Serialize};
@@ -77,6 +79,46 @@ pub struct IdentityConfig {
     /// when the grace period ends without the key.
     #[serde(default)]
     pub undecryptable_notice: bool,
+    /// Which devices a verdict (text or reaction) may come from.
+    #[serde(default)]
+    pub verdict_devices: VerdictDevices,
+}
+
+/// Which devices an approver's verdict may come from: the rule is read from the
+/// event's [`DeviceTrust`] when the verdict arrives, after the sender gate.
+///
+/// An encrypted event names the device that sent it; a clear one names none, so in
+/// a plaintext room a verdict proves only that someone had the approver's access
+/// token. Source: Matrix spec, "Cross-signing" and "Device verification".
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictDevices {
+    /// Every verdict counts, whatever its device.
+    Any,
+    /// An encrypted verdict counts only from a device the approver cross-signed; a
+    /// clear one (a plaintext room) counts. The default.
+    #[default]
+    CrossSigned,
+    /// Only an encrypted verdict from a device the approver cross-signed counts: a
+    /// verdict in a plaintext room is refused too.
+    EncryptedCrossSigned,
+}
+
+impl VerdictDevices {
+    /// Whether a verdict from `device` counts. Errors: the [`DropReason`] to drop it
+    /// with ([`DropReason::NotCrossSigned`], [`DropReason::ClearVerdict`]).
+    pub fn admits(self, device: DeviceTrust) -> Result<(), DropReason> {
+        match (self, device) {
+            (VerdictDevices::Any, _) | (_, DeviceTrust::CrossSigned) => Ok(()),
+            (_, DeviceTrust::NotCrossSigned) => Err(DropReason::NotCrossSigned),
+            (VerdictDevices::CrossSigned, DeviceTrust::Clear) => Ok(()),
+            (VerdictDevices::EncryptedCrossSigned, DeviceTrust::Clear) => {
+                Err(DropReason::ClearVerdict)
+            }
+        }
+    }
 }
 
 /// The default of [`IdentityConfig::undecryptable_grace_ms`]: 30 s. A room key
@@ -137,6 +179,7 @@ impl IdentityConfig {
             prompt_memory: DEFAULT_PROMPT_MEMORY,
             undecryptable_grace_ms: DEFAULT_UNDECRYPTABLE_GRACE_MS,
             undecryptable_notice: false,
+            verdict_devices: VerdictDevices::default(),
         }
     }
 

@@ -1159,6 +1159,16 @@ impl IdentityState {
             out.drop(Some(&reaction.event_id), DropReason::Duplicate);
             return;
         }
+        // A vote from a device the settings do not admit is no vote; the notice
+        // replies to the prompt it was meant for.
+        if let (ReactionClass::Vote(_), Some(_)) = (&class, prompt) {
+            if let Err(reason) = self.config.verdict_devices.admits(reaction.device) {
+                self.log(&reaction.event_id, &reaction.sender, Record::NotPushed, out);
+                let text = refused_device_text(&reason, "This reaction");
+                out.notice(&reaction.room, &reaction.relates_to, text);
+                return out.drop(Some(&reaction.event_id), reason);
+            }
+        }
         match (class, prompt) {
             (ReactionClass::Vote(behavior), Some(index)) => {
                 self.log(&reaction.event_id, &reaction.sender, Record::Vote, out);
@@ -1765,6 +1775,11 @@ impl IdentityState {
 
     fn on_text_verdict(&mut self, message: &Message, verdict: TextVerdict, out: &mut Out<'_>) {
         let id = &verdict.request_id;
+        if let Err(reason) = self.config.verdict_devices.admits(message.device) {
+            let text = refused_device_text(&reason, &format!("This answer to {id}"));
+            out.notice(&message.room, &message.event_id, text);
+            return out.drop(Some(&message.event_id), reason);
+        }
         let reply_target = message
             .content
             .as_ref()
@@ -1807,7 +1822,9 @@ impl IdentityState {
                             .message()
                             .map(|m| matrix_to(&prompt.room, m))
                             .unwrap_or_default();
-                        format!(" The prompt for {id} is {link}: reply to it, or answer without a reply.")
+                        format!(
+                            " The prompt for {id} is {link}: reply to it, or answer without a reply."
+                        )
                     }
                     _ => String::new(),
                 };
@@ -2070,5 +2087,22 @@ impl IdentityState {
             via,
         };
         self.decide(index, decision, out);
+    }
+}
+
+/// The notice that refuses a verdict for its device (`what` names the verdict:
+/// "This answer to abcde", "This reaction"). `reason` is what
+/// [`crate::VerdictDevices::admits`] answered.
+fn refused_device_text(reason: &DropReason, what: &str) -> String {
+    match reason {
+        DropReason::ClearVerdict => format!(
+            "{what} was sent in the clear, so it counts for nothing: this identity takes \
+             verdicts only in encrypted rooms, from devices their owner has cross-signed."
+        ),
+        _ => format!(
+            "{what} came from a device you have not cross-signed, so it counts for \
+             nothing. Verify the device from one you trust (in Element: Settings, \
+             Sessions), then answer again."
+        ),
     }
 }

@@ -165,6 +165,12 @@ pub enum DropReason {
     Duplicate,
     /// A verdict (text or reaction) from an allowed sender who is not an approver.
     NotApprover,
+    /// An approver's verdict (text or reaction) from a device the approver has not
+    /// cross-signed, while `verdict_devices` asks for one ([`crate::DeviceTrust`]).
+    NotCrossSigned,
+    /// An approver's verdict sent in the clear while `verdict_devices` is
+    /// `encrypted_cross_signed`.
+    ClearVerdict,
     /// Verdict-shaped text that is not a verdict (an edit's new content, a caption,
     /// a msgtype other than `m.text` / `m.emote`): never pushed as chat.
     VerdictShaped,

@@ -188,6 +188,35 @@ pub struct Message {
     pub origin_server_ts: Millis,
     /// `None` when the event was redacted (`content: {}`) or has no `msgtype`/`body`.
     pub content: Option<MessageContent>,
+    /// The device it was sent from, as far as Matrix can tell: decides whether it
+    /// may be a verdict ([`crate::config::VerdictDevices`]).
+    #[serde(default)]
+    pub device: DeviceTrust,
+}
+
+/// What Matrix says about the device an event came from. Only an encrypted event
+/// names its device: the Megolm session that decrypts it was shared by one device
+/// (Matrix spec, "End-to-End Encryption", `m.megolm.v1.aes-sha2`), and the sender's
+/// cross-signing identity signs the devices it owns ("Cross-signing"). matrix-sdk
+/// tells it as the event's `EncryptionInfo::verification_state`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceTrust {
+    /// Sent in the clear: Matrix names no device, anyone with the sender's access
+    /// token could have sent it.
+    #[default]
+    Clear,
+    /// Encrypted, by a device that the sender's cross-signing identity signed
+    /// (matrix-sdk: `Verified`, or `Unverified(UnverifiedIdentity)`: the identity is
+    /// trusted on first use).
+    CrossSigned,
+    /// Encrypted, by a device the sender's identity did not sign, an unknown device,
+    /// a device of another user, or an identity that changed after it was verified
+    /// (matrix-sdk: `UnsignedDevice`, `None(_)`, `MismatchedSender`,
+    /// `VerificationViolation`).
+    NotCrossSigned,
 }
 
 /// The parts of `m.room.message` content the core uses.
@@ -342,6 +371,10 @@ pub struct Reaction {
     pub relates_to: EventId,
     /// The raw key, as sent (kept for display; normalised only to compare).
     pub key: String,
+    /// The device it was sent from (see [`Message::device`]): decides whether it
+    /// may be a vote.
+    #[serde(default)]
+    pub device: DeviceTrust,
 }
 
 /// An `m.room.redaction` event.

@@ -50,7 +50,7 @@ pub mod sandbox;
 pub mod verdict;
 
 pub use crate::agent::{AgentText, AgentWrite};
-pub use crate::config::{ConfigError, Gate, IdentityConfig};
+pub use crate::config::{ConfigError, Gate, IdentityConfig, VerdictDevices};
 pub use crate::core::{
     Channel, IdentityState, LogEntry, Parked, Phase, Prompt, Queued, Record, RoomState,
     SessionState, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
@@ -59,8 +59,8 @@ pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
 };
 pub use crate::event::{
-    Attachment, Input, Membership, Message, MessageContent, MsgType, NewContent, Outcome, Parent,
-    PermissionRequest, Reaction, Redaction, Relation, ReplyTo, Undecryptable,
+    Attachment, DeviceTrust, Input, Membership, Message, MessageContent, MsgType, NewContent,
+    Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo, Undecryptable,
 };
 pub use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
 pub use crate::meta::{Meta, MetaKey};

@@ -11,6 +11,8 @@ mod agent_writes;
 mod config;
 #[path = "scenarios/delivery.rs"]
 mod delivery;
+#[path = "scenarios/devices.rs"]
+mod devices;
 #[path = "scenarios/gate.rs"]
 mod gate;
 #[path = "scenarios/ids.rs"]

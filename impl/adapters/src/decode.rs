@@ -26,8 +26,8 @@
 //! [redactions](https://spec.matrix.org/v1.16/client-server-api/#redactions).
 
 use mc_model::{
-    Attachment, EventId, Membership, Message, MessageContent, MsgType, NewContent, Parent,
-    Reaction, Redaction, Relation, ReplyTo, RoomId, Undecryptable, UserId,
+    Attachment, DeviceTrust, EventId, Membership, Message, MessageContent, MsgType, NewContent,
+    Parent, Reaction, Redaction, Relation, ReplyTo, RoomId, Undecryptable, UserId,
 };
 use ruma::events::reaction::SyncReactionEvent;
 use ruma::events::relation::Thread;
@@ -222,7 +222,7 @@ fn member(room: &RoomId, envelope: &Envelope, raw: &Raw<AnySyncTimelineEvent>) -
         _ => {
             return envelope.ignored(IgnoreReason::Malformed(
                 "an m.room.member without a membership".to_owned(),
-            ))
+            ));
         }
     };
     let sender = UserId(envelope.sender.to_string());
@@ -234,7 +234,7 @@ fn member(room: &RoomId, envelope: &Envelope, raw: &Raw<AnySyncTimelineEvent>) -
         other => {
             return envelope.ignored(IgnoreReason::Malformed(format!(
                 "an m.room.member with membership {other:?}"
-            )))
+            )));
         }
     };
     Decoded::Member(Member {
@@ -247,6 +247,10 @@ fn member(room: &RoomId, envelope: &Envelope, raw: &Raw<AnySyncTimelineEvent>) -
 }
 
 /// Decodes one timeline event of `room` from its JSON.
+///
+/// `device` is what matrix-sdk said of the device the event came from (the raw
+/// JSON cannot tell: a decrypted event reads as a clear one); a message and a
+/// reaction carry it, for the verdict rule (`mc_model::VerdictDevices`).
 ///
 /// - `m.room.message` → [`Decoded::Message`]. `content` is `None` when the event
 ///   was redacted (`unsigned.redacted_because` present) or its content is missing
@@ -265,7 +269,11 @@ fn member(room: &RoomId, envelope: &Envelope, raw: &Raw<AnySyncTimelineEvent>) -
 /// # Errors
 /// [`DecodeError`] only when the input is not a JSON object or its `type`,
 /// `event_id` or `sender` is missing or invalid.
-pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, DecodeError> {
+pub fn decode_timeline_event(
+    room: &RoomId,
+    raw_json: &str,
+    device: DeviceTrust,
+) -> Result<Decoded, DecodeError> {
     let raw: Raw<AnySyncTimelineEvent> =
         serde_json::from_str(raw_json).map_err(|e| DecodeError::NotAnObject(e.to_string()))?;
     let envelope = Envelope::read(&raw)?;
@@ -292,6 +300,7 @@ pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, D
             sender_name: None,
             origin_server_ts,
             content: message_content(raw_json),
+            device,
         }),
         "m.reaction" => match serde_json::from_str::<SyncReactionEvent>(raw_json) {
             // ruma does not check the `rel_type` tag of an annotation.
@@ -307,6 +316,7 @@ pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, D
                 origin_server_ts,
                 relates_to: EventId(ev.content.relates_to.event_id.to_string()),
                 key: ev.content.relates_to.key,
+                device,
             }),
             Ok(SyncReactionEvent::Redacted(_)) => envelope.ignored(IgnoreReason::RedactedReaction),
             Err(e) => envelope.ignored(IgnoreReason::Malformed(format!(
@@ -322,7 +332,7 @@ pub fn decode_timeline_event(room: &RoomId, raw_json: &str) -> Result<Decoded, D
                 Err(e) => {
                     return Ok(
                         envelope.ignored(IgnoreReason::Malformed(format!("not a redaction: {e}")))
-                    )
+                    );
                 }
             };
             match redacts {
@@ -697,7 +707,7 @@ mod tests {
     }
 
     fn decode(json: &str) -> Decoded {
-        decode_timeline_event(&room(), json).expect("the envelope is readable")
+        decode_timeline_event(&room(), json, DeviceTrust::Clear).expect("the envelope is readable")
     }
 
     fn message(json: &str) -> Message {
@@ -742,6 +752,7 @@ mod tests {
                     relation: None,
                     attachment: None,
                 }),
+                device: mc_model::DeviceTrust::Clear,
             }
         );
     }
@@ -985,6 +996,7 @@ mod tests {
                 origin_server_ts: 1_795_991_839_857,
                 relates_to: EventId::from(ORIGINAL),
                 key: "\u{1F44D}\u{FE0F}".to_owned(),
+                device: mc_model::DeviceTrust::Clear,
             })
         );
     }
@@ -1405,27 +1417,27 @@ mod tests {
         };
         let r = room();
         assert_eq!(
-            decode_timeline_event(&r, &without("event_id")),
+            decode_timeline_event(&r, &without("event_id"), DeviceTrust::Clear),
             Err(DecodeError::Missing("event_id"))
         );
         assert_eq!(
-            decode_timeline_event(&r, &without("sender")),
+            decode_timeline_event(&r, &without("sender"), DeviceTrust::Clear),
             Err(DecodeError::Missing("sender"))
         );
         assert_eq!(
-            decode_timeline_event(&r, &without("type")),
+            decode_timeline_event(&r, &without("type"), DeviceTrust::Clear),
             Err(DecodeError::Missing("type"))
         );
         let bad_id = edited(TEXT, |v| v["event_id"] = json!("no-sigil"));
         assert!(matches!(
-            decode_timeline_event(&r, &bad_id),
+            decode_timeline_event(&r, &bad_id, DeviceTrust::Clear),
             Err(DecodeError::Invalid {
                 field: "event_id",
                 ..
             })
         ));
         let bad_sender = edited(TEXT, |v| v["sender"] = json!("alice"));
-        let err = decode_timeline_event(&r, &bad_sender).unwrap_err();
+        let err = decode_timeline_event(&r, &bad_sender, DeviceTrust::Clear).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("the event's `sender` is invalid: "),
@@ -1433,7 +1445,7 @@ mod tests {
         );
         let bad_type = edited(TEXT, |v| v["type"] = json!(7));
         assert!(matches!(
-            decode_timeline_event(&r, &bad_type),
+            decode_timeline_event(&r, &bad_type, DeviceTrust::Clear),
             Err(DecodeError::Invalid { field: "type", .. })
         ));
     }
@@ -1449,7 +1461,7 @@ mod tests {
             "null",
             "{",
         ] {
-            let err = decode_timeline_event(&room(), input).unwrap_err();
+            let err = decode_timeline_event(&room(), input, DeviceTrust::Clear).unwrap_err();
             assert!(
                 matches!(err, DecodeError::NotAnObject(_)),
                 "{input:?}: {err:?}"
@@ -1463,7 +1475,7 @@ mod tests {
     #[test]
     fn deeply_nested_input_is_an_error_not_a_stack_overflow() {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(decode_timeline_event(&room(), &deep).is_err());
+        assert!(decode_timeline_event(&room(), &deep, DeviceTrust::Clear).is_err());
         let deep_content = format!(
             r#"{{"type":"m.room.message","event_id":"$a","sender":"@a:b","origin_server_ts":1,"content":{}1{}}}"#,
             "{\"a\":".repeat(50_000),
@@ -1471,7 +1483,7 @@ mod tests {
         );
         // Serde's recursion limit refuses the content; the event keeps its id.
         assert!(parent_from_event(&deep_content).is_none());
-        let _ = decode_timeline_event(&room(), &deep_content);
+        let _ = decode_timeline_event(&room(), &deep_content, DeviceTrust::Clear);
     }
 
     #[test]
@@ -1600,7 +1612,10 @@ mod tests {
     #[test]
     fn every_sample_decodes_without_error() {
         for json in ALL {
-            assert!(decode_timeline_event(&room(), json).is_ok(), "{json}");
+            assert!(
+                decode_timeline_event(&room(), json, DeviceTrust::Clear).is_ok(),
+                "{json}"
+            );
         }
     }
 
@@ -1698,7 +1713,7 @@ mod tests {
     /// Decodes `json` every way the adapter can, and checks that what a decoded
     /// message says is consistent.
     fn decode_all_ways(json: &str) {
-        let result = decode_timeline_event(&room(), json);
+        let result = decode_timeline_event(&room(), json, DeviceTrust::Clear);
         let _ = parent_from_event(json);
         if let Ok(Decoded::Message(mut m)) = result {
             let target = reply_target(&m).cloned();
@@ -1731,7 +1746,7 @@ mod tests {
                     .is_some_and(|s| ruma::EventId::parse(s).is_ok())
                 && value.get("sender").and_then(Value::as_str)
                     .is_some_and(|s| ruma::UserId::parse(s).is_ok());
-            let result = decode_timeline_event(&room(), &json);
+            let result = decode_timeline_event(&room(), &json, DeviceTrust::Clear);
             prop_assert_eq!(result.is_ok(), readable, "{:?}", result);
         }
     }
