@@ -23,6 +23,7 @@
 //! replay_budget = 200
 //! undecryptable_grace_secs = 30
 //! undecryptable_notice = false
+//! verdict_devices = "cross_signed"
 //! ```
 //!
 //! Top-level keys:
@@ -74,6 +75,12 @@
 //!   ([`mc_model::config::DEFAULT_UNDECRYPTABLE_GRACE_MS`]); 0 tells them at once.
 //! - `undecryptable_notice`: whether the sender is also told in the room then (a
 //!   notice in reply). Default `false`.
+//! - `verdict_devices`: which devices an approver's verdict (text or reaction) may
+//!   come from ([`VerdictDevices`]): `"any"`; `"cross_signed"` (the default: an
+//!   encrypted verdict counts only from a device the approver cross-signed, one in
+//!   a plaintext room counts); `"encrypted_cross_signed"` (only encrypted verdicts
+//!   from cross-signed devices: a plaintext room's verdicts are refused too, so set
+//!   `permission_room` to an encrypted room). A refused verdict gets a notice.
 //!
 //! Unknown keys are errors.
 //!
@@ -106,7 +113,7 @@ use mc_model::config::{
     DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS, DEFAULT_UNDECRYPTABLE_GRACE_MS,
 };
 use mc_model::reaction::{normalize_key, ReactionKeys, ReactionKeysError};
-use mc_model::{ConfigError, IdentityConfig, RoomId, UserId};
+use mc_model::{ConfigError, IdentityConfig, RoomId, UserId, VerdictDevices};
 use ruma::{OwnedRoomId, OwnedUserId};
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
@@ -146,7 +153,7 @@ const TOP_KEYS: [&str; 7] = [
     "identities",
 ];
 
-const IDENTITY_KEYS: [&str; 12] = [
+const IDENTITY_KEYS: [&str; 13] = [
     "homeserver",
     "user_id",
     "allowed_senders",
@@ -159,6 +166,7 @@ const IDENTITY_KEYS: [&str; 12] = [
     "replay_budget",
     "undecryptable_grace_secs",
     "undecryptable_notice",
+    "verdict_devices",
 ];
 
 /// The whole configuration, checked. See the module docs for each key.
@@ -211,6 +219,8 @@ pub struct IdentitySettings {
     pub undecryptable_grace_secs: u64,
     /// Whether the sender of an event still undecryptable then gets a notice.
     pub undecryptable_notice: bool,
+    /// Which devices a verdict may come from.
+    pub verdict_devices: VerdictDevices,
 }
 
 impl IdentitySettings {
@@ -234,6 +244,7 @@ impl IdentitySettings {
         config.replay_budget = self.replay_budget;
         config.undecryptable_grace_ms = self.undecryptable_grace_secs.saturating_mul(1000);
         config.undecryptable_notice = self.undecryptable_notice;
+        config.verdict_devices = self.verdict_devices;
         config
     }
 }
@@ -875,6 +886,20 @@ impl Walk<'_> {
             None => Some(false),
             Some(v) => self.typed::<bool>(&key("undecryptable_notice"), v),
         };
+        let verdict_devices = match dict.get("verdict_devices") {
+            None => Some(VerdictDevices::default()),
+            Some(v) => self.typed::<VerdictDevices>(&key("verdict_devices"), v),
+        };
+        if verdict_devices == Some(VerdictDevices::EncryptedCrossSigned)
+            && !dict.contains_key("permission_room")
+        {
+            self.warn(
+                &key("verdict_devices"),
+                dict.get("verdict_devices"),
+                "encrypted_cross_signed without a permission_room: a prompt posted in a \
+                 plaintext room can only expire",
+            );
+        }
         let approve_keys = match dict.get("approve_keys") {
             None => Some(None),
             Some(v) => self.strings(&key("approve_keys"), v).map(Some),
@@ -900,6 +925,7 @@ impl Walk<'_> {
             replay_budget: replay_budget?,
             undecryptable_grace_secs: undecryptable_grace_secs?,
             undecryptable_notice: undecryptable_notice?,
+            verdict_devices: verdict_devices?,
         };
         self.check_identity(path, dict, &settings)
             .then_some(settings)
@@ -1089,6 +1115,7 @@ deny_keys = ["🛑", "❌"]
 replay_budget = 50
 undecryptable_grace_secs = 5
 undecryptable_notice = true
+verdict_devices = "any"
 
 [identities.second-bot_2]
 homeserver = "http://localhost:8008"
@@ -1179,6 +1206,7 @@ approvers = []
                 replay_budget: 200,
                 undecryptable_grace_secs: 30,
                 undecryptable_notice: false,
+                verdict_devices: VerdictDevices::CrossSigned,
             }
         );
     }
@@ -1260,6 +1288,7 @@ approvers = []
         assert_eq!(model.replay_budget, 50);
         assert_eq!(model.undecryptable_grace_ms, 5_000);
         assert!(model.undecryptable_notice);
+        assert_eq!(model.verdict_devices, VerdictDevices::Any);
         assert_eq!(model.validate(), Ok(()));
         let defaults = IdentityConfig::new(model.user_id.clone(), []);
         assert_eq!(model.max_prompts, defaults.max_prompts);
@@ -1710,6 +1739,42 @@ permission_room = "#room:localhost"
             no_env(),
         );
         assert!(config.is_ok(), "{config:?}");
+    }
+
+    #[test]
+    fn verdict_devices_takes_the_three_names_and_refuses_others() {
+        for (name, expected) in [
+            ("any", VerdictDevices::Any),
+            ("cross_signed", VerdictDevices::CrossSigned),
+            (
+                "encrypted_cross_signed",
+                VerdictDevices::EncryptedCrossSigned,
+            ),
+        ] {
+            let line = format!("permission_room = \"!r:localhost\"\nverdict_devices = \"{name}\"");
+            let config = load(&with_line(&line), no_env()).unwrap();
+            assert_eq!(config.identities["bot"].verdict_devices, expected, "{name}");
+            assert_eq!(
+                config.identities["bot"].model_config().verdict_devices,
+                expected
+            );
+            assert_eq!(config.warnings, [], "{name}");
+        }
+        let issues = issues(&with_line("verdict_devices = \"verified\""), no_env());
+        let message = &issue_at(&issues, "identities.bot.verdict_devices").message;
+        assert!(message.contains("encrypted_cross_signed"), "{message}");
+    }
+
+    #[test]
+    fn encrypted_cross_signed_without_a_permission_room_is_a_warning() {
+        let config = load(
+            &with_line("verdict_devices = \"encrypted_cross_signed\""),
+            no_env(),
+        )
+        .unwrap();
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert_eq!(config.warnings[0].path, "identities.bot.verdict_devices");
+        assert!(config.warnings[0].message.contains("can only expire"));
     }
 
     #[test]
