@@ -619,7 +619,7 @@ impl Recorder {
             },
             origin_server_ts: self.step(),
             content: Some(content),
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         };
         self.handle(Input::Message {
             identity: IDENTITY.into(),
@@ -637,7 +637,7 @@ impl Recorder {
             origin_server_ts: self.step(),
             relates_to: relates_to.clone(),
             key: key.into(),
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         };
         self.handle(Input::Reaction {
             identity: IDENTITY.into(),

@@ -536,7 +536,7 @@ impl InProcess {
             &ev.ident.id(),
             &room,
             &json.to_string(),
-            mc_model::DeviceTrust::Clear,
+            mc_model::DeviceTrust::PlaintextRoom,
         ));
         if ev.input.as_ref() != Some(&input) {
             return Err(format!(
@@ -581,7 +581,7 @@ impl InProcess {
             &ev.ident.id(),
             &room,
             &json.to_string(),
-            mc_model::DeviceTrust::Clear,
+            mc_model::DeviceTrust::PlaintextRoom,
         ));
         match input {
             Input::NotInput { what, .. } => {
@@ -779,7 +779,7 @@ impl Adapter for InProcess {
             &ev.ident.id(),
             &room,
             &json.to_string(),
-            mc_model::DeviceTrust::Clear,
+            mc_model::DeviceTrust::PlaintextRoom,
         ));
         self.submit(input)
     }

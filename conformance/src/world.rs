@@ -933,7 +933,7 @@ impl World {
                         origin_server_ts: self.now,
                         relates_to,
                         key: key.as_str().to_owned(),
-                        device: mc_model::DeviceTrust::Clear,
+                        device: mc_model::DeviceTrust::PlaintextRoom,
                     },
                 });
             }
@@ -1167,7 +1167,7 @@ impl World {
                             relation: None,
                             attachment: None,
                         }),
-                        device: mc_model::DeviceTrust::Clear,
+                        device: mc_model::DeviceTrust::PlaintextRoom,
                     },
                 };
                 ev.input = Some(input.clone());
@@ -1680,7 +1680,7 @@ impl World {
                     relation,
                     attachment: None,
                 }),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             },
         }
     }

@@ -96,7 +96,7 @@ fuzz_target!(|data: &[u8]| {
     // The device is the driver's (matrix-sdk's) word, not the JSON's: any of the
     // three, and a decoded message or reaction carries exactly it.
     let device = [
-        DeviceTrust::Clear,
+        DeviceTrust::PlaintextRoom,
         DeviceTrust::CrossSigned,
         DeviceTrust::NotCrossSigned,
     ][data.len() % 3];

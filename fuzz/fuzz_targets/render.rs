@@ -97,7 +97,7 @@ fuzz_target!(|data: &[u8]| {
         sender: sender.clone(),
         sender_name: sender_name.clone(),
         origin_server_ts: ts,
-        device: mc_model::DeviceTrust::Clear,
+        device: mc_model::DeviceTrust::PlaintextRoom,
         content: Some(MessageContent {
             msgtype: mtype.clone(),
             body: body.clone(),
@@ -132,7 +132,7 @@ fuzz_target!(|data: &[u8]| {
                 origin_server_ts: ts,
                 relates_to: EventId(aux.clone()),
                 key: body.clone(),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             };
             (render_reaction(&r), "reaction")
         }

@@ -1497,7 +1497,7 @@ impl World {
                     origin_server_ts: self.now,
                     relates_to: target.clone(),
                     key: key.clone(),
-                    device: mc_model::DeviceTrust::Clear,
+                    device: mc_model::DeviceTrust::PlaintextRoom,
                 };
                 let inputs = Self::targets(*to)
                     .into_iter()
@@ -2504,7 +2504,7 @@ impl World {
             sender_name: name.clone(),
             origin_server_ts: self.now,
             content,
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         };
         let counts_room = message
             .content

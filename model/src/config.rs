@@ -97,8 +97,9 @@ pub struct IdentityConfig {
 pub enum VerdictDevices {
     /// Every verdict counts, whatever its device.
     Any,
-    /// An encrypted verdict counts only from a device the approver cross-signed; a
-    /// clear one (a plaintext room) counts. The default.
+    /// The default: in an encrypted room a verdict counts only when it is
+    /// encrypted by a device the approver cross-signed (a clear one there is
+    /// refused: it names no device); in a plaintext room every verdict counts.
     #[default]
     CrossSigned,
     /// Only an encrypted verdict from a device the approver cross-signed counts: a
@@ -108,13 +109,15 @@ pub enum VerdictDevices {
 
 impl VerdictDevices {
     /// Whether a verdict from `device` counts. Errors: the [`DropReason`] to drop it
-    /// with ([`DropReason::NotCrossSigned`], [`DropReason::ClearVerdict`]).
+    /// with: [`DropReason::NotCrossSigned`] (an encrypted verdict from a device not
+    /// cross-signed), [`DropReason::ClearVerdict`] (a clear one where the setting
+    /// asks for encryption).
     pub fn admits(self, device: DeviceTrust) -> Result<(), DropReason> {
         match (self, device) {
             (VerdictDevices::Any, _) | (_, DeviceTrust::CrossSigned) => Ok(()),
             (_, DeviceTrust::NotCrossSigned) => Err(DropReason::NotCrossSigned),
-            (VerdictDevices::CrossSigned, DeviceTrust::Clear) => Ok(()),
-            (VerdictDevices::EncryptedCrossSigned, DeviceTrust::Clear) => {
+            (VerdictDevices::CrossSigned, DeviceTrust::PlaintextRoom) => Ok(()),
+            (_, DeviceTrust::PlaintextRoom | DeviceTrust::UnencryptedInEncryptedRoom) => {
                 Err(DropReason::ClearVerdict)
             }
         }

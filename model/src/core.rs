@@ -2096,8 +2096,9 @@ impl IdentityState {
 fn refused_device_text(reason: &DropReason, what: &str) -> String {
     match reason {
         DropReason::ClearVerdict => format!(
-            "{what} was sent in the clear, so it counts for nothing: this identity takes \
-             verdicts only in encrypted rooms, from devices their owner has cross-signed."
+            "{what} was sent unencrypted, so it says nothing of the device it came from \
+             and counts for nothing: answer in an encrypted room from a device you \
+             have cross-signed (a reaction is often sent unencrypted: type the answer)."
         ),
         _ => format!(
             "{what} came from a device you have not cross-signed, so it counts for \

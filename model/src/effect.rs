@@ -168,8 +168,8 @@ pub enum DropReason {
     /// An approver's verdict (text or reaction) from a device the approver has not
     /// cross-signed, while `verdict_devices` asks for one ([`crate::DeviceTrust`]).
     NotCrossSigned,
-    /// An approver's verdict sent in the clear while `verdict_devices` is
-    /// `encrypted_cross_signed`.
+    /// An approver's verdict sent in the clear in an encrypted room, or in any room
+    /// while `verdict_devices` is `encrypted_cross_signed`: it names no device.
     ClearVerdict,
     /// Verdict-shaped text that is not a verdict (an edit's new content, a caption,
     /// a msgtype other than `m.text` / `m.emote`): never pushed as chat.

@@ -204,10 +204,13 @@ pub struct Message {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceTrust {
-    /// Sent in the clear: Matrix names no device, anyone with the sender's access
-    /// token could have sent it.
+    /// Sent in the clear in a room that is not encrypted: Matrix names no device,
+    /// anyone with the sender's access token could have sent it.
     #[default]
-    Clear,
+    PlaintextRoom,
+    /// Sent in the clear in an encrypted room (or one whose state is not known):
+    /// no device either. matrix-sdk and others send `m.reaction` this way.
+    UnencryptedInEncryptedRoom,
     /// Encrypted, by a device that the sender's cross-signing identity signed
     /// (matrix-sdk: `Verified`, or `Unverified(UnverifiedIdentity)`: the identity is
     /// trusted on first use).

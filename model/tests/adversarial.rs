@@ -74,7 +74,7 @@ fn message(room: &str, event: &str, sender: &str, content: Option<MessageContent
         sender_name: None,
         origin_server_ts: T0,
         content,
-        device: mc_model::DeviceTrust::Clear,
+        device: mc_model::DeviceTrust::PlaintextRoom,
     }
 }
 
@@ -106,7 +106,7 @@ fn react(event: &str, sender: &str, on: &str, key: &str) -> Input {
             origin_server_ts: T0,
             relates_to: on.into(),
             key: key.into(),
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         },
     }
 }
@@ -465,7 +465,7 @@ fn a_stranger_writing_last_never_redirects_the_next_prompt() {
                 origin_server_ts: T0,
                 relates_to: "$a".into(),
                 key: UP.into(),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             },
         },
     );
@@ -1755,7 +1755,7 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
                     origin_server_ts: seen.now,
                     relates_to: EventId(relates_to),
                     key: KEYS[key % KEYS.len()].into(),
-                    device: mc_model::DeviceTrust::Clear,
+                    device: mc_model::DeviceTrust::PlaintextRoom,
                 },
             }
         }

@@ -707,7 +707,7 @@ mod tests {
     }
 
     fn decode(json: &str) -> Decoded {
-        decode_timeline_event(&room(), json, DeviceTrust::Clear).expect("the envelope is readable")
+        decode_timeline_event(&room(), json, DeviceTrust::PlaintextRoom).expect("the envelope is readable")
     }
 
     fn message(json: &str) -> Message {
@@ -752,7 +752,7 @@ mod tests {
                     relation: None,
                     attachment: None,
                 }),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             }
         );
     }
@@ -996,7 +996,7 @@ mod tests {
                 origin_server_ts: 1_795_991_839_857,
                 relates_to: EventId::from(ORIGINAL),
                 key: "\u{1F44D}\u{FE0F}".to_owned(),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             })
         );
     }
@@ -1417,27 +1417,27 @@ mod tests {
         };
         let r = room();
         assert_eq!(
-            decode_timeline_event(&r, &without("event_id"), DeviceTrust::Clear),
+            decode_timeline_event(&r, &without("event_id"), DeviceTrust::PlaintextRoom),
             Err(DecodeError::Missing("event_id"))
         );
         assert_eq!(
-            decode_timeline_event(&r, &without("sender"), DeviceTrust::Clear),
+            decode_timeline_event(&r, &without("sender"), DeviceTrust::PlaintextRoom),
             Err(DecodeError::Missing("sender"))
         );
         assert_eq!(
-            decode_timeline_event(&r, &without("type"), DeviceTrust::Clear),
+            decode_timeline_event(&r, &without("type"), DeviceTrust::PlaintextRoom),
             Err(DecodeError::Missing("type"))
         );
         let bad_id = edited(TEXT, |v| v["event_id"] = json!("no-sigil"));
         assert!(matches!(
-            decode_timeline_event(&r, &bad_id, DeviceTrust::Clear),
+            decode_timeline_event(&r, &bad_id, DeviceTrust::PlaintextRoom),
             Err(DecodeError::Invalid {
                 field: "event_id",
                 ..
             })
         ));
         let bad_sender = edited(TEXT, |v| v["sender"] = json!("alice"));
-        let err = decode_timeline_event(&r, &bad_sender, DeviceTrust::Clear).unwrap_err();
+        let err = decode_timeline_event(&r, &bad_sender, DeviceTrust::PlaintextRoom).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("the event's `sender` is invalid: "),
@@ -1445,7 +1445,7 @@ mod tests {
         );
         let bad_type = edited(TEXT, |v| v["type"] = json!(7));
         assert!(matches!(
-            decode_timeline_event(&r, &bad_type, DeviceTrust::Clear),
+            decode_timeline_event(&r, &bad_type, DeviceTrust::PlaintextRoom),
             Err(DecodeError::Invalid { field: "type", .. })
         ));
     }
@@ -1461,7 +1461,7 @@ mod tests {
             "null",
             "{",
         ] {
-            let err = decode_timeline_event(&room(), input, DeviceTrust::Clear).unwrap_err();
+            let err = decode_timeline_event(&room(), input, DeviceTrust::PlaintextRoom).unwrap_err();
             assert!(
                 matches!(err, DecodeError::NotAnObject(_)),
                 "{input:?}: {err:?}"
@@ -1475,7 +1475,7 @@ mod tests {
     #[test]
     fn deeply_nested_input_is_an_error_not_a_stack_overflow() {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(decode_timeline_event(&room(), &deep, DeviceTrust::Clear).is_err());
+        assert!(decode_timeline_event(&room(), &deep, DeviceTrust::PlaintextRoom).is_err());
         let deep_content = format!(
             r#"{{"type":"m.room.message","event_id":"$a","sender":"@a:b","origin_server_ts":1,"content":{}1{}}}"#,
             "{\"a\":".repeat(50_000),
@@ -1483,7 +1483,7 @@ mod tests {
         );
         // Serde's recursion limit refuses the content; the event keeps its id.
         assert!(parent_from_event(&deep_content).is_none());
-        let _ = decode_timeline_event(&room(), &deep_content, DeviceTrust::Clear);
+        let _ = decode_timeline_event(&room(), &deep_content, DeviceTrust::PlaintextRoom);
     }
 
     #[test]
@@ -1613,7 +1613,7 @@ mod tests {
     fn every_sample_decodes_without_error() {
         for json in ALL {
             assert!(
-                decode_timeline_event(&room(), json, DeviceTrust::Clear).is_ok(),
+                decode_timeline_event(&room(), json, DeviceTrust::PlaintextRoom).is_ok(),
                 "{json}"
             );
         }
@@ -1713,7 +1713,7 @@ mod tests {
     /// Decodes `json` every way the adapter can, and checks that what a decoded
     /// message says is consistent.
     fn decode_all_ways(json: &str) {
-        let result = decode_timeline_event(&room(), json, DeviceTrust::Clear);
+        let result = decode_timeline_event(&room(), json, DeviceTrust::PlaintextRoom);
         let _ = parent_from_event(json);
         if let Ok(Decoded::Message(mut m)) = result {
             let target = reply_target(&m).cloned();
@@ -1746,7 +1746,7 @@ mod tests {
                     .is_some_and(|s| ruma::EventId::parse(s).is_ok())
                 && value.get("sender").and_then(Value::as_str)
                     .is_some_and(|s| ruma::UserId::parse(s).is_ok());
-            let result = decode_timeline_event(&room(), &json, DeviceTrust::Clear);
+            let result = decode_timeline_event(&room(), &json, DeviceTrust::PlaintextRoom);
             prop_assert_eq!(result.is_ok(), readable, "{:?}", result);
         }
     }

@@ -957,7 +957,7 @@ impl State {
                 sender_name: Some(if who == Who::Eve { "Ann" } else { "someone" }.to_owned()),
                 origin_server_ts: self.now,
                 content: Some(content),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             },
         }
     }
@@ -2007,7 +2007,7 @@ fn react(
         origin_server_ts: s.now,
         relates_to: target,
         key: key.raw().to_owned(),
-        device: mc_model::DeviceTrust::Clear,
+        device: mc_model::DeviceTrust::PlaintextRoom,
     };
     inputs.push_back((
         Some(ident),
@@ -2095,7 +2095,7 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
                 origin_server_ts: s.now,
                 relates_to: s.prompts[prompt].message.clone(),
                 key: Key::Up.raw().to_owned(),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             },
         },
     }

@@ -405,7 +405,7 @@ impl World {
             sender_name: display_name(from),
             origin_server_ts: self.now,
             content: Some(content),
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         }
     }
 
@@ -424,7 +424,7 @@ impl World {
             origin_server_ts: self.now,
             relates_to: on.clone(),
             key: key.into(),
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         }
     }
 
@@ -460,7 +460,7 @@ impl World {
             sender_name: event.sender_name.clone(),
             origin_server_ts: event.origin_server_ts,
             content: Some(content(MsgType::Text, body)),
-            device: mc_model::DeviceTrust::Clear,
+            device: mc_model::DeviceTrust::PlaintextRoom,
         }
     }
 

@@ -15,8 +15,9 @@ fn not_cross_signed_notice(what: &str) -> String {
 
 fn clear_notice(what: &str) -> String {
     format!(
-        "{what} was sent in the clear, so it counts for nothing: this identity takes \
-         verdicts only in encrypted rooms, from devices their owner has cross-signed."
+        "{what} was sent unencrypted, so it says nothing of the device it came from and \
+         counts for nothing: answer in an encrypted room from a device you have \
+         cross-signed (a reaction is often sent unencrypted: type the answer)."
     )
 }
 
@@ -130,7 +131,7 @@ fn by_default_a_verdict_sent_in_the_clear_counts() {
     let mut w = World::new();
     w.pending_prompt("abcde");
 
-    say_from(&mut w, ALICE, "yes abcde", DeviceTrust::Clear);
+    say_from(&mut w, ALICE, "yes abcde", DeviceTrust::PlaintextRoom);
 
     assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Allow)]);
 }
@@ -140,8 +141,8 @@ fn with_encrypted_cross_signed_a_clear_yes_and_a_clear_thumbs_up_are_refused() {
     let mut w = World::configured(|c| c.verdict_devices = VerdictDevices::EncryptedCrossSigned);
     let prompt = w.pending_prompt("abcde");
 
-    let yes = say_from(&mut w, ALICE, "yes abcde", DeviceTrust::Clear);
-    let vote = react_from(&mut w, &prompt, THUMBS_UP, DeviceTrust::Clear);
+    let yes = say_from(&mut w, ALICE, "yes abcde", DeviceTrust::PlaintextRoom);
+    let vote = react_from(&mut w, &prompt, THUMBS_UP, DeviceTrust::PlaintextRoom);
     w.advance(SETTLE * 2);
 
     assert_eq!(
@@ -228,34 +229,54 @@ fn a_yes_decrypted_late_is_judged_by_the_device_it_came_from() {
 
 #[test]
 fn the_device_rule_is_a_table_over_the_setting_and_the_device() {
-    use DeviceTrust::{Clear, NotCrossSigned};
+    use DeviceTrust::{NotCrossSigned, PlaintextRoom, UnencryptedInEncryptedRoom};
     use VerdictDevices::{Any, EncryptedCrossSigned};
+    let signed = DeviceTrust::CrossSigned;
+    let default = VerdictDevices::CrossSigned;
+    let clear = Err(DropReason::ClearVerdict);
+    let unsigned = Err(DropReason::NotCrossSigned);
     let table = [
-        (Any, Clear, Ok(())),
-        (Any, DeviceTrust::CrossSigned, Ok(())),
+        (Any, PlaintextRoom, Ok(())),
+        (Any, UnencryptedInEncryptedRoom, Ok(())),
+        (Any, signed, Ok(())),
         (Any, NotCrossSigned, Ok(())),
-        (VerdictDevices::CrossSigned, Clear, Ok(())),
-        (
-            VerdictDevices::CrossSigned,
-            DeviceTrust::CrossSigned,
-            Ok(()),
-        ),
-        (
-            VerdictDevices::CrossSigned,
-            NotCrossSigned,
-            Err(DropReason::NotCrossSigned),
-        ),
-        (EncryptedCrossSigned, Clear, Err(DropReason::ClearVerdict)),
-        (EncryptedCrossSigned, DeviceTrust::CrossSigned, Ok(())),
-        (
-            EncryptedCrossSigned,
-            NotCrossSigned,
-            Err(DropReason::NotCrossSigned),
-        ),
+        (default, PlaintextRoom, Ok(())),
+        (default, UnencryptedInEncryptedRoom, clear.clone()),
+        (default, signed, Ok(())),
+        (default, NotCrossSigned, unsigned.clone()),
+        (EncryptedCrossSigned, PlaintextRoom, clear.clone()),
+        (EncryptedCrossSigned, UnencryptedInEncryptedRoom, clear),
+        (EncryptedCrossSigned, signed, Ok(())),
+        (EncryptedCrossSigned, NotCrossSigned, unsigned),
     ];
     for (setting, device, expected) in table {
         assert_eq!(setting.admits(device), expected, "{setting:?} {device:?}");
     }
+}
+
+#[test]
+fn by_default_a_clear_thumbs_up_in_an_encrypted_room_is_refused_and_a_typed_answer_counts() {
+    let mut w = World::new();
+    let prompt = w.pending_prompt("abcde");
+
+    let vote = react_from(
+        &mut w,
+        &prompt,
+        THUMBS_UP,
+        DeviceTrust::UnencryptedInEncryptedRoom,
+    );
+    w.advance(SETTLE * 2);
+    assert_eq!(
+        w.trace(),
+        [
+            format!("notice {prompt} {:?}", clear_notice("This reaction")),
+            format!("drop {vote} ClearVerdict"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending"]);
+
+    say_from(&mut w, ALICE, "yes abcde", DeviceTrust::CrossSigned);
+    assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Allow)]);
 }
 
 #[test]
@@ -269,5 +290,5 @@ fn a_saved_config_or_input_without_the_new_fields_reads_the_defaults() {
     let mut message = serde_json::to_value(w.text(ALICE, R1, "hi")).unwrap();
     message.as_object_mut().unwrap().remove("device");
     let message: mc_model::Message = serde_json::from_value(message).unwrap();
-    assert_eq!(message.device, DeviceTrust::Clear);
+    assert_eq!(message.device, DeviceTrust::PlaintextRoom);
 }

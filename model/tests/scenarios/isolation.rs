@@ -245,7 +245,7 @@ fn an_earlier_now_is_taken_as_the_latest_seen() {
                 sender_name: None,
                 origin_server_ts: 300,
                 content: Some(content(mc_model::MsgType::Text, "hi")),
-                device: mc_model::DeviceTrust::Clear,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             },
         },
     );
