@@ -137,7 +137,11 @@ impl Server {
     /// Writes the config, logs every identity in, creates one token per identity, and
     /// starts `serve` on a free loopback port.
     pub async fn start(config: ServerConfig) -> Server {
-        let hs_url = homeserver().await.url.clone();
+        Server::start_on(config, homeserver().await.url.clone()).await
+    }
+
+    /// [`Server::start`] with every identity on the homeserver at `hs_url`.
+    pub async fn start_on(config: ServerConfig, hs_url: String) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("mc-e2e-")
             .tempdir()
