@@ -1145,6 +1145,140 @@ mod tests {
         assert!(manager.resume(&"a".into(), r1).await.is_err());
     }
 
+    /// A wire that is never called: the `/health` tests only read the engine.
+    struct NoWire;
+
+    #[async_trait::async_trait]
+    impl crate::engine::Wire for NoWire {
+        async fn notify(&self, _: &SessionId, _: &str, _: serde_json::Value) -> Result<(), String> {
+            Err("no wire".into())
+        }
+        async fn post_prompt(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::RoomId,
+            _: &mc_model::PromptText,
+            _: &str,
+        ) -> Result<mc_model::EventId, String> {
+            Err("no wire".into())
+        }
+        async fn edit_prompt(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::RoomId,
+            _: &mc_model::EventId,
+            _: &mc_model::PromptText,
+        ) -> Result<(), String> {
+            Err("no wire".into())
+        }
+        async fn notice(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::RoomId,
+            _: &mc_model::EventId,
+            _: &str,
+        ) -> Result<(), String> {
+            Err("no wire".into())
+        }
+        async fn join_room(&self, _: &IdentityId, _: &mc_model::RoomId) -> Result<(), String> {
+            Err("no wire".into())
+        }
+        async fn write(
+            &self,
+            _: &IdentityId,
+            _: &mc_model::AgentWrite,
+        ) -> Result<crate::write::Written, crate::write::ToolError> {
+            Err(crate::write::ToolError::Upstream("no wire".into()))
+        }
+        async fn log_message(&self, _: &SessionId, _: &str) -> Result<(), String> {
+            Err("no wire".into())
+        }
+    }
+
+    async fn get_health(
+        app: &axum::Router,
+        token: Option<&str>,
+    ) -> (StatusCode, serde_json::Value) {
+        let mut req = Request::builder().method("GET").uri("/health");
+        if let Some(token) = token {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        let response = app
+            .clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn health_tells_liveness_to_anyone_and_details_only_of_the_tokens_own_identity() {
+        use crate::health::SyncHealth;
+        let store = store();
+        let mut channel = mc_model::Channel::new();
+        for name in ["a", "b"] {
+            channel
+                .add_identity(
+                    IdentityId(name.into()),
+                    mc_model::IdentityConfig::new(mc_model::UserId(format!("@{name}:hs")), []),
+                )
+                .unwrap();
+        }
+        let (engine, _task) = crate::engine::spawn(
+            channel,
+            Arc::new(NoWire),
+            crate::engine::NoPersist,
+            crate::engine::now_ms,
+        );
+        let (a, b) = (SyncHealth::default(), SyncHealth::default());
+        a.synced();
+        b.synced();
+        let app = health_router(HealthState {
+            store: store.clone(),
+            engine,
+            identities: [("a".to_string(), a.clone()), ("b".to_string(), b.clone())].into(),
+        });
+        let token_a = store.create_token("a", "").unwrap();
+
+        let (status, body) = get_health(&app, None).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, serde_json::json!({"status": "ok"}))
+        );
+        let (status, body) = get_health(&app, Some(&token_a)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["identity"]["name"], "a", "{body}");
+        assert_eq!(body["identity"]["undecryptable_backlog"], 0, "{body}");
+        assert_eq!(body["identity"]["sync"]["state"], "syncing", "{body}");
+        assert!(
+            !body.to_string().contains("\"b\""),
+            "never another identity: {body}"
+        );
+
+        // Another identity cannot sync: degraded for everyone, its details for no one
+        // but its own tokens.
+        b.failed(false, "connection refused".into());
+        let (status, body) = get_health(&app, None).await;
+        assert_eq!(
+            (status, body),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"status": "degraded"})
+            )
+        );
+        let (status, body) = get_health(&app, Some(&token_a)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["identity"]["status"], "ok", "{body}");
+        assert!(!body.to_string().contains("connection refused"), "{body}");
+
+        let (status, _) = get_health(&app, Some("mct_wrong")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+
     #[tokio::test]
     async fn waiting_for_a_peer_that_never_comes_ends_at_the_timeout() {
         // (rmcp's `Peer` cannot be built outside rmcp; the e2e scenarios hold the

@@ -1,28 +1,31 @@
 //! Matrix through matrix-sdk: one client per identity, its login and persistent
-//! session, the sync loop whose handlers turn events into model inputs, and the
-//! Matrix half of the engine's [`crate::engine::Wire`].
+//! session, the sync loop that turns every timeline event of every response (gaps
+//! backfilled) into model inputs, and the Matrix half of the engine's
+//! [`crate::engine::Wire`].
 //!
 //! Facts this code relies on (measured against Synapse 1.163, see AGENTS.md):
 //! `restore_session` needs the same sqlite store dir it was created with; the first
-//! sync of a new device replays recent history to handlers (so it runs before the
-//! handlers are added); our own events come back to our handlers (the model drops
-//! them as `OwnEvent`); an event redacted before it was seen arrives redacted.
+//! sync of a new device replays recent history (so it is not handed over); our own
+//! events come back in the timeline (the model drops them as `OwnEvent`); an event
+//! redacted before it was seen arrives redacted; a timeline longer than the filter's
+//! limit comes `limited` with a `prev_batch` to page back from.
 
 use crate::config::IdentitySettings;
 use crate::decode::{self, Decoded};
 use crate::engine::EngineHandle;
+use crate::health::SyncHealth;
 use crate::store::Store;
 use anyhow::{anyhow, Context as _};
 use matrix_sdk::authentication::matrix::MatrixSession;
 use matrix_sdk::config::SyncSettings;
-use matrix_sdk::event_handler::RawEvent;
+use matrix_sdk::deserialized_responses::{EncryptionInfo, VerificationLevel, VerificationState};
 use matrix_sdk::ruma::api::client::filter::{FilterDefinition, RoomEventFilter, RoomFilter};
 use matrix_sdk::ruma::api::client::sync::sync_events::v3::Filter;
 use matrix_sdk::ruma::events::room::member::{MembershipState, StrippedRoomMemberEvent};
-use matrix_sdk::ruma::events::AnySyncTimelineEvent;
 use matrix_sdk::{Client, Room, RoomState};
-use mc_model::{IdentityId, Input, Membership, UserId};
+use mc_model::{DeviceTrust, IdentityId, Input, Membership, UserId};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,14 +39,52 @@ struct StoredSession {
     /// event (see [`start`]); `None` before the first sync.
     #[serde(default)]
     sync_token: Option<String>,
+    /// The last timeline event handed to the model in each room, by room id, saved
+    /// with `sync_token`: where the backfill of a gap stops ([`Syncer::backfill`]).
+    #[serde(default)]
+    last_events: BTreeMap<String, String>,
+    /// The homeserver rejected this session's access token for good
+    /// (`M_UNKNOWN_TOKEN`): the session counts as logged out, so `login` logs in a
+    /// new device ([`is_logged_in`]).
+    #[serde(default)]
+    token_rejected: bool,
 }
 
-/// Records `token` as the position up to which every event is in the model.
-fn save_handled_position(store: &Store, name: &str, token: &str) -> anyhow::Result<()> {
+/// Records `token` as the position up to which every event is in the model, and
+/// `last_events` (room id to event id) as the last event handed over per room.
+fn save_handled_position(
+    store: &Store,
+    name: &str,
+    token: &str,
+    last_events: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
     if let Some(json) = store.matrix_session(name)? {
         let mut stored: StoredSession = serde_json::from_str(&json)?;
         stored.synced = true;
         stored.sync_token = Some(token.to_string());
+        stored.last_events.extend(last_events.clone());
+        store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
+    }
+    Ok(())
+}
+
+/// The last event handed to the model per room, as saved with the sync position.
+fn stored_last_events(store: &Store, name: &str) -> BTreeMap<String, String> {
+    store
+        .matrix_session(name)
+        .ok()
+        .flatten()
+        .and_then(|json| serde_json::from_str::<StoredSession>(&json).ok())
+        .map(|stored| stored.last_events)
+        .unwrap_or_default()
+}
+
+/// Marks the stored session's token as rejected by the homeserver (see
+/// [`StoredSession::token_rejected`]).
+fn save_token_rejected(store: &Store, name: &str) -> anyhow::Result<()> {
+    if let Some(json) = store.matrix_session(name)? {
+        let mut stored: StoredSession = serde_json::from_str(&json)?;
+        stored.token_rejected = true;
         store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
     }
     Ok(())
@@ -87,9 +128,15 @@ pub async fn build_client(
         .with_context(|| format!("identity {name}: building the Matrix client"))
 }
 
-/// Whether the identity has a stored Matrix session.
+/// Whether the identity has a stored Matrix session whose access token the
+/// homeserver has not rejected (a rejected one is replaced by the next `login`).
 pub fn is_logged_in(store: &Store, name: &str) -> anyhow::Result<bool> {
-    Ok(store.matrix_session(name)?.is_some())
+    Ok(match store.matrix_session(name)? {
+        Some(json) => !serde_json::from_str::<StoredSession>(&json)
+            .map(|stored| stored.token_rejected)
+            .unwrap_or(false),
+        None => false,
+    })
 }
 
 /// Moves the identity's matrix-sdk store aside when it holds anything: `login` runs
@@ -168,6 +215,8 @@ pub async fn login(
         session,
         synced: false,
         sync_token: None,
+        last_events: BTreeMap::new(),
+        token_rejected: false,
     };
     store.save_matrix_session(name, &serde_json::to_string(&stored)?)?;
     let trust = crate::crypto::bootstrap_cross_signing(&client, password)
@@ -187,6 +236,8 @@ pub struct Identity {
     pub name: String,
     pub client: Client,
     pub settings: IdentitySettings,
+    /// What its sync loop last recorded (`/health`, `whoami`).
+    pub health: SyncHealth,
 }
 
 /// Restores the identity's session on its store for `serve`, and checks in the
@@ -235,14 +286,17 @@ pub async fn restore_client(
             name: name.to_string(),
             client,
             settings: settings.clone(),
+            health: SyncHealth::default(),
         },
         stored.synced,
     ))
 }
 
+/// The `/sync` filter: at most [`TIMELINE_LIMIT`] timeline events per room (a
+/// longer stretch comes `limited`, and the loop backfills the gap), no presence.
 fn sync_filter() -> Filter {
     let mut timeline = RoomEventFilter::default();
-    timeline.limit = Some(50u32.into());
+    timeline.limit = Some(TIMELINE_LIMIT.into());
     let mut room = RoomFilter::default();
     room.timeline = timeline;
     let mut definition = FilterDefinition::default();
@@ -253,8 +307,24 @@ fn sync_filter() -> Filter {
     Filter::FilterDefinition(definition)
 }
 
-/// Starts the identity: the first sync (skipping history on a new device), the
-/// handlers, then the sync loop in a task. Returns when the first sync is done.
+/// Timeline events per room in one sync response (the filter's `limit`).
+pub const TIMELINE_LIMIT: u32 = 50;
+
+/// The most events one gap is backfilled with. A longer gap is cut: the newest
+/// [`GAP_BUDGET`] are handed to the model and the cut is logged (WARN) with the
+/// room and the oldest event handed over.
+pub const GAP_BUDGET: usize = 1_000;
+
+/// Events per `/messages` page while backfilling.
+const GAP_PAGE: u32 = 100;
+
+/// Starts the identity: the first sync (skipping history on a new device), what the
+/// store knows of each room ([`report_rooms`]), then the sync loop in a task
+/// ([`Syncer::run`]). Returns when the loop's first sync (the catch-up on what
+/// happened while the server was down) succeeded or failed: a homeserver that is
+/// down, or a rejected token, does not stop `serve` (`/health` says so, and the loop
+/// retries or stops as [`Syncer::run`] says). Errors: the first sync of a new
+/// device failed, or the event cache could not start.
 pub async fn start(
     store: &Store,
     identity: &Identity,
@@ -270,59 +340,434 @@ pub async fn start(
             .sync_once(settings.clone().timeout(Duration::ZERO))
             .await
             .with_context(|| format!("identity {name}: first sync"))?;
-        save_handled_position(store, &name, &first.next_batch)?;
+        save_handled_position(store, &name, &first.next_batch, &BTreeMap::new())?;
+        identity.health.synced();
     }
     report_rooms(identity, &engine).await;
-    add_handlers(identity, engine.clone());
     add_redecryption(identity, engine.clone())
         .with_context(|| format!("identity {name}: the event cache"))?;
-    // Catch up on what happened while the server was down, before saying ready.
-    let response = client
-        .sync_once(settings.clone().timeout(Duration::ZERO))
-        .await
-        .with_context(|| format!("identity {name}: catch-up sync"))?;
-    handled(&engine, store, &name, &response.next_batch).await?;
-    let mut settings = settings.token(response.next_batch);
-    let store = store.clone();
-    Ok(tokio::spawn(async move {
-        // `Client::sync` is this loop without the wait for the engine.
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            match client.sync_once(settings.clone()).await {
-                Ok(response) => {
-                    if let Err(e) = handled(&engine, &store, &name, &response.next_batch).await {
-                        tracing::warn!(identity = %name, "{e:#}");
-                        return;
-                    }
-                    settings = settings.token(response.next_batch);
-                    backoff = Duration::from_secs(1);
-                }
-                Err(e) => {
-                    tracing::warn!(identity = %name, "sync failed, retrying in {backoff:?}: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
-                }
-            }
-        }
-    }))
+    let syncer = Syncer {
+        client,
+        id: IdentityId(name.clone()),
+        me: identity.settings.user_id.to_string(),
+        name,
+        engine,
+        store: store.clone(),
+        health: identity.health.clone(),
+        last_events: stored_last_events(store, &identity.name),
+    };
+    let (ready, first_done) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(syncer.run(settings, ready));
+    let _ = first_done.await;
+    Ok(task)
 }
 
-/// After a sync response's handlers ran (they hand their inputs to the engine):
-/// waits until the engine has handled and persisted those inputs, then records the
-/// response's position as ours. A process that dies before that syncs that
-/// response again on restart (see [`rewind_sync_position`]).
-async fn handled(
-    engine: &EngineHandle,
-    store: &Store,
-    name: &str,
-    next_batch: &str,
-) -> anyhow::Result<()> {
-    engine
-        .read(|_| ())
-        .await
-        .map_err(|e| anyhow!("identity {name}: {e}; the sync stops"))?;
-    save_handled_position(store, name, next_batch)
-        .with_context(|| format!("identity {name}: saving the sync position"))
+/// How the sync loop waits after a failed sync.
+///
+/// The long poll backs off exponentially, from [`Retry::FIRST`] doubling to
+/// [`Retry::MAX`], so a homeserver that answers with errors (5xx, 429) is not
+/// hammered. But when it did not answer at all (connection refused, timeout: it is
+/// down or restarting), the loop also probes `GET /_matrix/client/versions` (no
+/// auth, no side effect, answered by every homeserver) every [`Retry::PROBE`], and
+/// syncs at once when a probe answers: the first message after the homeserver is
+/// back is then handed over within about `PROBE` plus one sync round trip (the 2 s
+/// bound of issue 12), however long the outage was. Probing costs one tiny request
+/// a second to a host that is down; a constant 1 s retry of the sync itself would
+/// cost the same while down, but would also retry a homeserver that refuses (5xx)
+/// every second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Retry {
+    next: Duration,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(30);
+    const PROBE: Duration = Duration::from_secs(1);
+    /// A probe that got no answer within this counts as unanswered.
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+    fn new() -> Self {
+        Retry { next: Self::FIRST }
+    }
+
+    /// The wait before the next sync attempt; the one after it is doubled, up to
+    /// [`Retry::MAX`].
+    fn backoff(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        wait
+    }
+}
+
+/// Why a sync failed, as the loop treats it.
+#[derive(Debug, PartialEq, Eq)]
+enum SyncFailure {
+    /// No HTTP answer (connection refused, reset, timed out): wait for a probe.
+    Unreachable,
+    /// The homeserver answered with an error (or its answer could not be used):
+    /// back off.
+    Refused,
+    /// `M_UNKNOWN_TOKEN`: the access token is no longer valid (logged out, device
+    /// deleted; `soft_logout` as the homeserver said). Retrying cannot help.
+    TokenRejected { soft_logout: bool },
+}
+
+fn classify(error: &matrix_sdk::Error) -> SyncFailure {
+    use matrix_sdk::ruma::api::error::ErrorKind;
+    if let Some(ErrorKind::UnknownToken(data)) = error.client_api_error_kind() {
+        return SyncFailure::TokenRejected {
+            soft_logout: data.soft_logout,
+        };
+    }
+    match error {
+        matrix_sdk::Error::Http(http) if matches!(**http, matrix_sdk::HttpError::Reqwest(_)) => {
+            SyncFailure::Unreachable
+        }
+        _ => SyncFailure::Refused,
+    }
+}
+
+/// One identity's sync loop: hands every timeline event of every response to the
+/// model (gaps backfilled first), then records the position.
+struct Syncer {
+    client: Client,
+    name: String,
+    id: IdentityId,
+    /// The identity's own MXID (its join ends a backfill).
+    me: String,
+    engine: EngineHandle,
+    store: Store,
+    health: SyncHealth,
+    /// The last event handed to the model per room (saved by [`Syncer::handled`]).
+    last_events: BTreeMap<String, String>,
+}
+
+impl Syncer {
+    /// `Client::sync` with our rules: after each response every timeline event
+    /// goes to the model ([`Syncer::feed`]) and the loop waits until the engine has
+    /// them before it records the position ([`Syncer::handled`]); failures are
+    /// retried as [`Retry`] says, except a rejected token (an ERROR naming the
+    /// command that fixes it; the loop stops) and a failure to record (the loop
+    /// stops). `ready` is told after the first attempt. Every state goes to
+    /// [`SyncHealth`].
+    async fn run(mut self, settings: SyncSettings, ready: tokio::sync::oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        let mut settings = settings;
+        // The first sync catches up on what happened while the server was down.
+        let mut timeout = Duration::ZERO;
+        let mut retry = Retry::new();
+        loop {
+            let result = self
+                .client
+                .sync_once(settings.clone().timeout(timeout))
+                .await;
+            match result {
+                Ok(response) => {
+                    self.feed(&response).await;
+                    if let Err(e) = self.handled(&response.next_batch).await {
+                        tracing::error!(identity = %self.name, "{e:#}");
+                        self.health.stopped(format!("{e:#}"));
+                        return;
+                    }
+                    self.health.synced();
+                    settings = settings.token(response.next_batch);
+                    timeout = Duration::from_secs(30);
+                    retry = Retry::new();
+                }
+                Err(e) => match classify(&e) {
+                    SyncFailure::TokenRejected { soft_logout } => {
+                        tracing::error!(
+                            identity = %self.name,
+                            soft_logout,
+                            "the homeserver rejected the access token (M_UNKNOWN_TOKEN: the \
+                             device was logged out or deleted): this identity stops syncing. \
+                             Stop the server and run `matrix-channel login --identity {}` to \
+                             log a new device in: {e}",
+                            self.name
+                        );
+                        if let Err(e) = save_token_rejected(&self.store, &self.name) {
+                            tracing::warn!(identity = %self.name, "recording the rejected token failed: {e:#}");
+                        }
+                        self.health
+                            .token_rejected(soft_logout, format!("M_UNKNOWN_TOKEN: {e}"));
+                        return;
+                    }
+                    SyncFailure::Unreachable => {
+                        let wait = retry.backoff();
+                        tracing::warn!(
+                            identity = %self.name,
+                            "sync failed, the homeserver does not answer (probing every {:?}, \
+                             retrying within {wait:?}): {e}",
+                            Retry::PROBE
+                        );
+                        self.health.failed(false, e.to_string());
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                        self.wait_for_homeserver(wait).await;
+                    }
+                    SyncFailure::Refused => {
+                        let wait = retry.backoff();
+                        tracing::warn!(identity = %self.name, "sync failed, retrying in {wait:?}: {e}");
+                        self.health.failed(true, e.to_string());
+                        if let Some(ready) = ready.take() {
+                            let _ = ready.send(());
+                        }
+                        tokio::time::sleep(wait).await;
+                    }
+                },
+            }
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
+            }
+        }
+    }
+
+    /// Waits `backoff`, or less: returns as soon as a probe of the homeserver
+    /// (every [`Retry::PROBE`]) gets an answer.
+    async fn wait_for_homeserver(&self, backoff: Duration) {
+        use matrix_sdk::config::RequestConfig;
+        use matrix_sdk::ruma::api::client::discovery::get_supported_versions;
+        let deadline = tokio::time::Instant::now() + backoff;
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return;
+            }
+            tokio::time::sleep(Retry::PROBE.min(deadline - now)).await;
+            let probe = self
+                .client
+                .send(get_supported_versions::Request::new())
+                .with_request_config(
+                    RequestConfig::new()
+                        .timeout(Retry::PROBE_TIMEOUT)
+                        .disable_retry(),
+                )
+                .await;
+            let answered = match &probe {
+                Ok(_) => true,
+                Err(matrix_sdk::HttpError::Reqwest(_)) => false,
+                Err(_) => true,
+            };
+            self.health.probed(answered);
+            if answered {
+                tracing::info!(identity = %self.name, "the homeserver answers again: syncing");
+                return;
+            }
+        }
+    }
+
+    /// Hands every timeline event of `response` to the model, room by room in
+    /// matrix-sdk's order (joined, then left), each room's gap first (when its
+    /// timeline came `limited`), then its timeline in server order; then the
+    /// invites (their stripped `m.room.member` state). Every timeline event is one
+    /// input ([`timeline_input`]).
+    async fn feed(&mut self, response: &matrix_sdk::sync::SyncResponse) {
+        for (room_id, update) in &response.rooms.joined {
+            self.feed_timeline(room_id, &update.timeline).await;
+        }
+        for (room_id, update) in &response.rooms.left {
+            self.feed_timeline(room_id, &update.timeline).await;
+        }
+        for (room_id, update) in &response.rooms.invited {
+            for raw in &update.invite_state.events {
+                let Ok(event) = serde_json::from_str::<StrippedRoomMemberEvent>(raw.json().get())
+                else {
+                    continue;
+                };
+                let _ = self.engine.submit(Input::Membership {
+                    identity: self.id.clone(),
+                    room: mc_model::RoomId(room_id.to_string()),
+                    event_id: None,
+                    user: UserId(event.state_key.to_string()),
+                    membership: membership_of(&event.content.membership, &event.sender),
+                });
+            }
+        }
+    }
+
+    async fn feed_timeline(
+        &mut self,
+        room_id: &matrix_sdk::ruma::RoomId,
+        timeline: &matrix_sdk::sync::Timeline,
+    ) {
+        let Some(room) = self.client.get_room(room_id) else {
+            tracing::error!(identity = %self.name, room = %room_id, "a sync response's room is unknown to matrix-sdk: its events are not handed over");
+            return;
+        };
+        let joined_here = timeline
+            .events
+            .iter()
+            .any(|e| is_own_join(e.raw().json().get(), &self.me));
+        let mut gap = Vec::new();
+        if timeline.limited && !joined_here {
+            if let Some(prev_batch) = &timeline.prev_batch {
+                gap = self.backfill(&room, prev_batch).await;
+            }
+        }
+        for event in gap.iter().chain(&timeline.events) {
+            self.hand(&room, event).await;
+        }
+        if let Some(last) = gap
+            .iter()
+            .chain(&timeline.events)
+            .filter_map(|e| e.event_id())
+            .next_back()
+        {
+            self.last_events
+                .insert(room_id.to_string(), last.to_string());
+        }
+    }
+
+    /// One timeline event to the model.
+    async fn hand(&self, room: &Room, event: &matrix_sdk::deserialized_responses::TimelineEvent) {
+        let device = sender_device(event.encryption_info().map(|i| &**i), room);
+        let input = timeline_input(&self.id, room, event.raw().json().get(), device).await;
+        let _ = self.engine.submit(input);
+    }
+
+    /// The events of a `limited` timeline's gap, oldest first: `/messages`
+    /// backwards from `prev_batch` (Client-Server API "Syncing": a limited timeline
+    /// has a gap before its first event) until an event that was handed over
+    /// already (the room's last event saved with the sync position, or one the
+    /// model's delivery log holds), the identity's own join (what comes before is
+    /// history), the start of the room, or [`GAP_BUDGET`] events (the older rest is
+    /// cut, with a WARN). A page that cannot be read ends the backfill there
+    /// (WARN).
+    async fn backfill(
+        &self,
+        room: &Room,
+        prev_batch: &str,
+    ) -> Vec<matrix_sdk::deserialized_responses::TimelineEvent> {
+        use matrix_sdk::room::MessagesOptions;
+        let last = self.last_events.get(room.room_id().as_str()).cloned();
+        let mut newest_first = Vec::new();
+        let mut from = prev_batch.to_string();
+        let end = loop {
+            let mut options = MessagesOptions::backward().from(from.as_str());
+            options.limit = GAP_PAGE.into();
+            let page = match room.messages(options).await {
+                Ok(page) => page,
+                Err(e) => break GapEnd::Failed(e.to_string()),
+            };
+            let ids: Vec<Option<String>> = page
+                .chunk
+                .iter()
+                .map(|e| e.event_id().map(|id| id.to_string()))
+                .collect();
+            let known = self.known_to_model(ids.clone()).await;
+            let mut stop = None;
+            for ((event, id), known) in page.chunk.into_iter().zip(ids).zip(known) {
+                if known || (id.is_some() && id == last) {
+                    stop = Some(GapEnd::Known);
+                    break;
+                }
+                if newest_first.len() == GAP_BUDGET {
+                    stop = Some(GapEnd::Cut);
+                    break;
+                }
+                let join = is_own_join(event.raw().json().get(), &self.me);
+                newest_first.push(event);
+                if join {
+                    stop = Some(GapEnd::Join);
+                    break;
+                }
+            }
+            if let Some(stop) = stop {
+                break stop;
+            }
+            match page.end {
+                Some(end) if end != from => from = end,
+                _ => break GapEnd::RoomStart,
+            }
+        };
+        newest_first.reverse();
+        let oldest = newest_first
+            .first()
+            .and_then(|e| e.event_id())
+            .map(|id| id.to_string());
+        match end {
+            GapEnd::Cut => tracing::warn!(
+                identity = %self.name, room = %room.room_id(), oldest = ?oldest,
+                "a gap of more than {GAP_BUDGET} events: the newest {GAP_BUDGET} are handed over, \
+                 the older ones are cut (never pushed)"
+            ),
+            GapEnd::Failed(e) => tracing::warn!(
+                identity = %self.name, room = %room.room_id(), oldest = ?oldest,
+                "backfilling a gap failed after {} events; the older ones are not handed over: {e}",
+                newest_first.len()
+            ),
+            end => tracing::info!(
+                identity = %self.name, room = %room.room_id(),
+                "a gap of {} events backfilled (ended at {end:?})", newest_first.len()
+            ),
+        }
+        newest_first
+    }
+
+    /// For each event id, whether the model's delivery log holds it.
+    async fn known_to_model(&self, ids: Vec<Option<String>>) -> Vec<bool> {
+        let id = self.id.clone();
+        let n = ids.len();
+        self.engine
+            .read(move |channel| {
+                let state = channel.identity(&id);
+                ids.iter()
+                    .map(|event| match (state, event) {
+                        (Some(state), Some(event)) => {
+                            state.log_entry(&mc_model::EventId(event.clone())).is_some()
+                        }
+                        _ => false,
+                    })
+                    .collect()
+            })
+            .await
+            .unwrap_or_else(|_| vec![false; n])
+    }
+
+    /// After a response's events were handed to the engine: waits until the engine
+    /// has handled and persisted them, then records the response's position (and
+    /// the last event per room) as ours. A process that dies before that syncs that
+    /// response again on restart (see [`rewind_sync_position`]).
+    async fn handled(&self, next_batch: &str) -> anyhow::Result<()> {
+        let name = &self.name;
+        self.engine
+            .read(|_| ())
+            .await
+            .map_err(|e| anyhow!("identity {name}: {e}; the sync stops"))?;
+        save_handled_position(&self.store, name, next_batch, &self.last_events).with_context(|| {
+            format!("identity {name}: saving the sync position failed; the sync stops")
+        })
+    }
+}
+
+/// How a backfill ended.
+#[derive(Debug)]
+enum GapEnd {
+    /// At an event handed over before.
+    Known,
+    /// At the identity's own join (included).
+    Join,
+    /// At the start of the room's visible history.
+    RoomStart,
+    /// At [`GAP_BUDGET`].
+    Cut,
+    /// A page could not be read.
+    Failed(String),
+}
+
+/// Whether `raw` (an event's JSON) is `user`'s own join: an `m.room.member` event
+/// with `state_key` `user` and membership `join` that was not `join` before (a
+/// display name or avatar change is not a join).
+fn is_own_join(raw: &str, user: &str) -> bool {
+    let Ok(event) = serde_json::from_str::<serde_json::Value>(raw) else {
+        return false;
+    };
+    event["type"] == "m.room.member"
+        && event["state_key"] == user
+        && event["content"]["membership"] == "join"
+        && event["unsigned"]["prev_content"]["membership"] != "join"
 }
 
 /// Tells the model what the Matrix store knows of each room when the server starts
@@ -375,40 +820,6 @@ fn membership_of(state: &MembershipState, sender: &matrix_sdk::ruma::UserId) -> 
     }
 }
 
-/// Every event the sync hands over becomes one model input, in the room's timeline
-/// order: nothing is filtered here (the model drops what is not input, with a
-/// reason). Invites come as stripped state, outside the timeline.
-fn add_handlers(identity: &Identity, engine: EngineHandle) {
-    let id = IdentityId(identity.name.clone());
-    let invites = engine.clone();
-    let invite_id = id.clone();
-    identity
-        .client
-        .add_event_handler(move |ev: StrippedRoomMemberEvent, room: Room| {
-            let engine = invites.clone();
-            let id = invite_id.clone();
-            async move {
-                let _ = engine.submit(Input::Membership {
-                    identity: id,
-                    room: mc_model::RoomId(room.room_id().to_string()),
-                    event_id: None,
-                    user: UserId(ev.state_key.to_string()),
-                    membership: membership_of(&ev.content.membership, &ev.sender),
-                });
-            }
-        });
-    identity.client.add_event_handler(
-        move |_ev: AnySyncTimelineEvent, room: Room, raw: RawEvent| {
-            let engine = engine.clone();
-            let id = id.clone();
-            async move {
-                let input = timeline_input(&id, &room, raw.0.get()).await;
-                let _ = engine.submit(input);
-            }
-        },
-    );
-}
-
 /// Hands every event the SDK decrypts late (its room key came after the event: by
 /// to-device message, forwarded, or from key backup) to the model as what it is,
 /// through [`timeline_input`] like any timeline event. The model parked it when it
@@ -434,8 +845,10 @@ fn add_redecryption(identity: &Identity, engine: EngineHandle) -> anyhow::Result
                         match room.event(&event_id, None).await {
                             Ok(event) => {
                                 tracing::info!(identity = %id, room = %room_id, event = %event_id, "decrypted late");
+                                let device = sender_device(event.encryption_info().map(|i| &**i), &room);
                                 let input =
-                                    timeline_input(&id, &room, event.raw().json().get()).await;
+                                    timeline_input(&id, &room, event.raw().json().get(), device)
+                                        .await;
                                 let _ = engine.submit(input);
                             }
                             Err(e) => tracing::warn!(
@@ -494,9 +907,15 @@ impl RoomView for Room {
 /// name. Every event is one input: a membership ([`Input::Membership`]), and what is
 /// no input of the core's (state, other types, malformed, or not even a readable
 /// envelope) as [`Input::NotInput`], which the model drops with its reason. An event
-/// the SDK could not decrypt is [`Input::Undecryptable`].
-pub async fn timeline_input(identity: &IdentityId, room: &impl RoomView, raw: &str) -> Input {
-    let decoded = match decode::decode_timeline_event(&room.id(), raw) {
+/// the SDK could not decrypt is [`Input::Undecryptable`]. `device` is what the SDK
+/// says of the device a decrypted event came from ([`device_trust`]).
+pub async fn timeline_input(
+    identity: &IdentityId,
+    room: &impl RoomView,
+    raw: &str,
+    device: DeviceTrust,
+) -> Input {
+    let decoded = match decode::decode_timeline_event(&room.id(), raw, device) {
         Ok(decoded) => decoded,
         Err(e) => {
             return Input::NotInput {
@@ -552,6 +971,39 @@ pub async fn timeline_input(identity: &IdentityId, room: &impl RoomView, raw: &s
             event_id: Some(ignored.event_id),
             sender: Some(ignored.sender),
         },
+    }
+}
+
+/// What matrix-sdk's `EncryptionInfo` (present only for an event that came
+/// encrypted) says of the sending device, in the model's terms: a device signed by
+/// its owner's cross-signing identity (`Verified`, or `UnverifiedIdentity`: the
+/// identity is trusted on first use) is [`DeviceTrust::CrossSigned`]; an unsigned
+/// or unknown device, another user's device, and an identity that changed after it
+/// was verified are [`DeviceTrust::NotCrossSigned`]. A clear event is
+/// [`DeviceTrust::PlaintextRoom`] only when the SDK knows `room` is not encrypted.
+/// Source: matrix-sdk-common `VerificationState`, the Matrix spec's "Cross-signing".
+pub fn sender_device(info: Option<&EncryptionInfo>, room: &Room) -> DeviceTrust {
+    let state = room.encryption_state();
+    let plaintext_room = !state.is_encrypted() && !state.is_unknown();
+    device_of(info.map(|info| &info.verification_state), plaintext_room)
+}
+
+/// [`sender_device`] once the room's state is read: `plaintext_room` when the room
+/// is known not to be encrypted.
+fn device_of(state: Option<&VerificationState>, plaintext_room: bool) -> DeviceTrust {
+    match state {
+        None if plaintext_room => DeviceTrust::PlaintextRoom,
+        None => DeviceTrust::UnencryptedInEncryptedRoom,
+        Some(VerificationState::Verified)
+        | Some(VerificationState::Unverified(VerificationLevel::UnverifiedIdentity)) => {
+            DeviceTrust::CrossSigned
+        }
+        Some(VerificationState::Unverified(
+            VerificationLevel::VerificationViolation
+            | VerificationLevel::UnsignedDevice
+            | VerificationLevel::None(_)
+            | VerificationLevel::MismatchedSender,
+        )) => DeviceTrust::NotCrossSigned,
     }
 }
 
@@ -614,6 +1066,118 @@ pub async fn report_device_state(identity: Identity) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verification_state_maps_to_the_models_device_trust() {
+        use matrix_sdk::deserialized_responses::DeviceLinkProblem;
+        let unverified = VerificationState::Unverified;
+        let cases = [
+            (None, true, DeviceTrust::PlaintextRoom),
+            (None, false, DeviceTrust::UnencryptedInEncryptedRoom),
+            (Some(VerificationState::Verified), false, DeviceTrust::CrossSigned),
+            (
+                Some(unverified(VerificationLevel::UnverifiedIdentity)),
+                false,
+                DeviceTrust::CrossSigned,
+            ),
+            (
+                Some(unverified(VerificationLevel::VerificationViolation)),
+                false,
+                DeviceTrust::NotCrossSigned,
+            ),
+            (
+                Some(unverified(VerificationLevel::UnsignedDevice)),
+                false,
+                DeviceTrust::NotCrossSigned,
+            ),
+            (
+                Some(unverified(VerificationLevel::None(DeviceLinkProblem::MissingDevice))),
+                false,
+                DeviceTrust::NotCrossSigned,
+            ),
+            (
+                Some(unverified(VerificationLevel::MismatchedSender)),
+                true,
+                DeviceTrust::NotCrossSigned,
+            ),
+        ];
+        for (state, plaintext_room, expected) in cases {
+            assert_eq!(device_of(state.as_ref(), plaintext_room), expected, "{state:?}");
+        }
+    }
+
+    #[test]
+    fn the_sync_backoff_doubles_from_one_second_to_thirty_and_probes_every_second() {
+        let mut retry = Retry::new();
+        let waits: Vec<u64> = (0..8).map(|_| retry.backoff().as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(Retry::new().backoff(), Duration::from_secs(1));
+        // The first message after an outage waits at most one probe interval (plus a
+        // sync), the 2 s bound of issue 12.
+        assert!(Retry::PROBE <= Duration::from_secs(1));
+        assert!(Retry::PROBE_TIMEOUT <= Duration::from_secs(2));
+    }
+
+    #[test]
+    fn only_the_identitys_own_join_ends_a_backfill() {
+        let me = "@bot:hs";
+        let member = |state_key: &str, membership: &str, prev: Option<&str>| {
+            let mut event = serde_json::json!({
+                "type": "m.room.member", "state_key": state_key, "sender": state_key,
+                "event_id": "$m", "origin_server_ts": 1,
+                "content": {"membership": membership},
+            });
+            if let Some(prev) = prev {
+                event["unsigned"] = serde_json::json!({"prev_content": {"membership": prev}});
+            }
+            event.to_string()
+        };
+        assert!(is_own_join(&member(me, "join", None), me));
+        assert!(is_own_join(&member(me, "join", Some("invite")), me));
+        assert!(is_own_join(&member(me, "join", Some("leave")), me));
+        // A display name change, someone else's join, a leave, other events.
+        assert!(!is_own_join(&member(me, "join", Some("join")), me));
+        assert!(!is_own_join(&member("@ann:hs", "join", None), me));
+        assert!(!is_own_join(&member(me, "leave", Some("join")), me));
+        let message = r#"{"type":"m.room.message","sender":"@bot:hs","content":{"body":"join"}}"#;
+        assert!(!is_own_join(message, me));
+        assert!(!is_own_join("not json", me));
+    }
+
+    #[test]
+    fn a_rejected_token_counts_as_logged_out_and_older_sessions_still_read() {
+        let dir = std::env::temp_dir().join(format!("mc-matrix-{}", rand::random::<u64>()));
+        let store = Store::open(&dir).unwrap();
+        assert!(!is_logged_in(&store, "bot").unwrap());
+        // A session saved before `last_events` and `token_rejected` existed.
+        let session = MatrixSession {
+            meta: matrix_sdk::SessionMeta {
+                user_id: "@bot:hs".try_into().unwrap(),
+                device_id: "DEV".into(),
+            },
+            tokens: matrix_sdk::SessionTokens {
+                access_token: "syt_x".into(),
+                refresh_token: None,
+            },
+        };
+        let old = serde_json::json!({
+            "session": session,
+            "synced": true,
+            "sync_token": "s1",
+        });
+        store.save_matrix_session("bot", &old.to_string()).unwrap();
+        assert!(is_logged_in(&store, "bot").unwrap());
+        assert!(stored_last_events(&store, "bot").is_empty());
+        let last = BTreeMap::from([("!r:hs".to_string(), "$e".to_string())]);
+        save_handled_position(&store, "bot", "s2", &last).unwrap();
+        assert_eq!(stored_last_events(&store, "bot"), last);
+        save_token_rejected(&store, "bot").unwrap();
+        assert!(!is_logged_in(&store, "bot").unwrap());
+        let stored: StoredSession =
+            serde_json::from_str(&store.matrix_session("bot").unwrap().unwrap()).unwrap();
+        assert_eq!(stored.sync_token.as_deref(), Some("s2"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_matrix_store_without_a_stored_session_is_moved_aside_before_a_login() {

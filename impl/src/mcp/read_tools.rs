@@ -137,7 +137,7 @@ fn limit(value: Option<u32>, default: u32) -> Result<UInt, ToolError> {
 #[tool_router(router = read_tools, vis = "pub(super)")]
 impl McpServer {
     #[tool(
-        description = "Who this server acts as: identity, Matrix user and device, and the operator's channel settings (read-only).",
+        description = "Who this server acts as: identity, Matrix user and device, the operator's channel settings (read-only), and `health`: whether its sync works (homeserver answers, age of the last sync, last error, rejected token), its undecryptable backlog and whether the engine keeps up, as GET /health shows it.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn whoami(&self, Extension(parts): Extension<http::request::Parts>) -> ToolResult {
@@ -164,6 +164,12 @@ impl McpServer {
                 "settle_ms": s.settle_ms,
                 "replay_budget": s.replay_budget,
             },
+            "health": crate::health::identity_report(
+                &identity.name,
+                &identity.health.snapshot(),
+                &crate::health::probe_engine(&self.app.engine, Some(identity.name.clone())).await,
+                std::time::Instant::now(),
+            ),
             }))
         })
         .await

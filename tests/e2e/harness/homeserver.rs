@@ -72,7 +72,11 @@ pub struct Account {
 
 /// Registers `{prefix}_{random}` with a random password.
 pub async fn register(prefix: &str) -> Account {
-    let hs = homeserver().await;
+    register_on(homeserver().await, prefix).await
+}
+
+/// Registers `{prefix}_{random}` with a random password on `hs`.
+pub async fn register_on(hs: &Homeserver, prefix: &str) -> Account {
     let localpart = format!("{prefix}_{}", random_suffix());
     let password = format!("pw-{}", random_suffix());
     let script = repo_root().join("scripts/homeserver/register");

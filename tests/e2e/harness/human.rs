@@ -50,6 +50,12 @@ impl Human {
     /// Drives an already registered account with its registration token.
     pub async fn from_account(account: Account) -> Human {
         let hs = homeserver().await.url.clone();
+        Human::on(&hs, account)
+    }
+
+    /// Drives an account of the homeserver at `hs_url` (not the shared one).
+    pub fn on(hs_url: &str, account: Account) -> Human {
+        let hs = hs_url.to_owned();
         Human {
             user_id: account.user_id.clone(),
             account,

@@ -11,6 +11,7 @@ pub mod homeserver;
 pub mod human;
 pub mod mcp;
 pub mod nio;
+pub mod outage;
 pub mod proxy;
 pub mod server;
 

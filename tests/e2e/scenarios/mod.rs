@@ -13,4 +13,5 @@ mod relations;
 mod replay;
 mod restart;
 mod stream;
+mod sync;
 mod tools;

@@ -227,7 +227,19 @@ async fn each_mount_lists_exactly_its_tools_annotated_and_whoami_and_list_rooms_
     let hs = homeserver().await.url.clone();
     let mut device = None;
     for (mount, client) in [("mcp", &mcp), ("channel", &channel)] {
-        let who = client.call_ok("whoami", json!({})).await;
+        let mut who = client.call_ok("whoami", json!({})).await;
+        // `health` is GET /health's report of the identity (ages vary): its shape here,
+        // the rest exactly below.
+        let health = who
+            .as_object_mut()
+            .and_then(|o| o.remove("health"))
+            .unwrap_or_else(|| panic!("whoami on /{mount}: a health key"));
+        assert_eq!(health["name"], IDENTITY, "{health}");
+        assert_eq!(health["status"], "ok", "{health}");
+        assert_eq!(health["sync"]["state"], "syncing", "{health}");
+        assert_eq!(health["sync"]["token_rejected"], false, "{health}");
+        assert_eq!(health["undecryptable_backlog"], 0, "{health}");
+        assert_eq!(health["engine"]["keeps_up"], true, "{health}");
         let device_id = who["device_id"]
             .as_str()
             .unwrap_or_else(|| panic!("whoami on /{mount}: a device_id: {who}"))
