@@ -34,6 +34,8 @@ pub struct Identity {
     pub settle_ms: Option<u64>,
     pub replay_budget: Option<u64>,
     pub undecryptable_grace_secs: Option<u64>,
+    /// `verdict_devices`: `"any"`, `"cross_signed"` or `"encrypted_cross_signed"`.
+    pub verdict_devices: Option<&'static str>,
 }
 
 impl Identity {
@@ -50,6 +52,7 @@ impl Identity {
             settle_ms: None,
             replay_budget: None,
             undecryptable_grace_secs: None,
+            verdict_devices: None,
         }
     }
 }
@@ -111,6 +114,9 @@ impl ServerConfig {
             }
             if let Some(v) = id.undecryptable_grace_secs {
                 out.push_str(&format!("undecryptable_grace_secs = {v}\n"));
+            }
+            if let Some(v) = id.verdict_devices {
+                out.push_str(&format!("verdict_devices = {v:?}\n"));
             }
         }
         out

@@ -9,7 +9,9 @@
 //! Olm account and cross-signing), not the server's code: it decides by itself whether
 //! the bot's device gets the room key.
 
-use crate::harness::expect::{assert_push, message, Origin};
+use crate::harness::expect::{
+    assert_push, assert_verdict, message, permission_request, Origin, PERMISSION_REQUEST,
+};
 use crate::harness::homeserver::{homeserver, register, Account};
 use crate::harness::human::Human;
 use crate::harness::mcp::McpClient;
@@ -207,6 +209,26 @@ async fn a_strict_clients_message_reaches_the_bot_once_login_cross_signed_it() {
             &human.origin(&room, &sent).await,
         ),
     );
+
+    // Issue 12 item 4: the human's device is cross-signed, so under the default
+    // `verdict_devices` (`cross_signed`) its encrypted `yes` decides the prompt.
+    let id = "wxyzk";
+    session
+        .notify(
+            PERMISSION_REQUEST,
+            permission_request(id, "Bash", "List files", "{}"),
+        )
+        .await;
+    // The prompt is ciphertext: the plain API sees the bot's m.room.encrypted.
+    let bot_id = bot.user_id.to_string();
+    human
+        .api
+        .wait_for_event(room.as_str(), "the prompt", |e| {
+            e["sender"] == bot_id.as_str() && e["type"] == "m.room.encrypted"
+        })
+        .await;
+    human.send_text(&room, &format!("yes {id}")).await;
+    assert_verdict(&session.next_notification(WAIT).await, id, "allow");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -197,8 +197,12 @@ const SETTLE_MS: u64 = 1_500;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_an_encrypted_room_prompts_and_outcomes_are_ciphertext_and_a_yes_or_a_thumbs_up_allows_once(
 ) {
+    // nio has no cross-signing, so its device is never cross-signed: verdicts from
+    // it count only with `verdict_devices = "any"` (the default refuses them, see
+    // `a_verdict_from_the_approvers_device_that_is_not_cross_signed_...` below).
     let f = NioFixture::start(|config| {
         config.identities[0].settle_ms = Some(SETTLE_MS);
+        config.identities[0].verdict_devices = Some("any");
     })
     .await;
     let (session, _) = f.channel("session").await;
@@ -421,4 +425,83 @@ async fn a_message_whose_room_key_is_withheld_is_told_after_the_grace_period_and
         session.try_next_notification(QUIET).await.is_none(),
         "nothing else is pushed"
     );
+}
+
+/// Issue 12 item 4, with the default `verdict_devices` (`cross_signed`): nio's device
+/// is not cross-signed (nio has no cross-signing), so its encrypted `yes` is refused
+/// with a notice; its 👍, which nio sends unencrypted, names no device and is refused
+/// too. The prompt stays pending: no verdict reaches the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_from_the_approvers_device_that_is_not_cross_signed_is_refused_with_a_notice() {
+    let f = NioFixture::start(|config| {
+        config.identities[0].settle_ms = Some(SETTLE_MS);
+    })
+    .await;
+    let (session, _) = f.channel("session").await;
+    let (room, human) = (&f.room, &f.human);
+    let bot = f.bot.user_id.as_str();
+
+    let id = "mnpqr";
+    session
+        .notify(
+            PERMISSION_REQUEST,
+            permission_request(id, TOOL, DESCRIPTION, PREVIEW),
+        )
+        .await;
+    let prompt = human.wait_message(room, bot, id).await;
+
+    let yes = human.send_text(room, &format!("yes {id}")).await;
+    assert!(yes.encrypted, "{yes:?}");
+    // The notice replies to the refused answer.
+    let notice = human
+        .wait_event(
+            room,
+            json!({
+                "sender": bot, "type": "m.room.message", "rel_type": "m.in_reply_to",
+                "relates_to": yes.event_id,
+                "body_contains": "came from a device you have not cross-signed",
+            }),
+        )
+        .await;
+    assert_decrypted(&notice);
+    assert_eq!(notice.content["msgtype"], "m.notice", "{:?}", notice.raw);
+    assert!(
+        notice
+            .body
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&format!("This answer to {id}")),
+        "{:?}",
+        notice.raw
+    );
+
+    let vote = human.react(room, &prompt.event_id, "\u{1F44D}").await;
+    assert!(
+        !vote.encrypted,
+        "nio sends m.reaction in the clear: {vote:?}"
+    );
+    // This one replies to the prompt (a reply to a reaction is no use to a reader).
+    let notice = human
+        .wait_event(
+            room,
+            json!({
+                "sender": bot, "type": "m.room.message", "rel_type": "m.in_reply_to",
+                "relates_to": prompt.event_id, "body_contains": "was sent unencrypted",
+            }),
+        )
+        .await;
+    assert!(
+        notice
+            .body
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("This reaction"),
+        "{:?}",
+        notice.raw
+    );
+
+    // Past the settle window: neither counted.
+    session
+        .expect_no_notification(Duration::from_millis(SETTLE_MS) + QUIET)
+        .await;
 }
