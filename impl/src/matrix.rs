@@ -1118,6 +1118,47 @@ mod tests {
         assert!(Retry::PROBE_TIMEOUT <= Duration::from_secs(2));
     }
 
+    /// A `sync_once` error as matrix-sdk makes it from the homeserver's answer.
+    fn answered(status: u16, body: &str) -> matrix_sdk::Error {
+        use matrix_sdk::ruma::api::client::uiaa::UiaaResponse;
+        use matrix_sdk::ruma::api::error::FromHttpResponseError;
+        use matrix_sdk::ruma::api::EndpointError as _;
+        let response = http::Response::builder()
+            .status(status)
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+        let error = UiaaResponse::from_http_response(response);
+        matrix_sdk::Error::Http(Box::new(matrix_sdk::HttpError::Api(Box::new(
+            FromHttpResponseError::Server(error),
+        ))))
+    }
+
+    #[test]
+    fn an_unknown_token_stops_the_sync_and_other_answers_back_off() {
+        let token = |soft: bool| {
+            answered(
+                401,
+                &format!(r#"{{"errcode":"M_UNKNOWN_TOKEN","error":"gone","soft_logout":{soft}}}"#),
+            )
+        };
+        assert_eq!(
+            classify(&token(false)),
+            SyncFailure::TokenRejected { soft_logout: false }
+        );
+        assert_eq!(
+            classify(&token(true)),
+            SyncFailure::TokenRejected { soft_logout: true }
+        );
+        let limited = r#"{"errcode":"M_LIMIT_EXCEEDED","error":"slow down"}"#;
+        assert_eq!(classify(&answered(429, limited)), SyncFailure::Refused);
+        assert_eq!(
+            classify(&answered(502, "Bad Gateway")),
+            SyncFailure::Refused
+        );
+        let forbidden = r#"{"errcode":"M_FORBIDDEN","error":"no"}"#;
+        assert_eq!(classify(&answered(403, forbidden)), SyncFailure::Refused);
+    }
+
     #[test]
     fn only_the_identitys_own_join_ends_a_backfill() {
         let me = "@bot:hs";
