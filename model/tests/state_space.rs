@@ -105,7 +105,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 }
 
 /// Each invariant, the fault that breaks it, and the scope where that shows.
-const FAULTS: [(&str, Fault, Scope); 34] = [
+const FAULTS: [(&str, Fault, Scope); 35] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -216,6 +216,11 @@ const FAULTS: [(&str, Fault, Scope); 34] = [
         Scope::Rooms,
     ),
     (names::PUSH_TO_AWAY, Fault::SilentRestart, Scope::Rooms),
+    (
+        names::UNSIGNED_VERDICT,
+        Fault::LoseDeviceTrust,
+        Scope::Prompts,
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
@@ -282,4 +287,5 @@ fault_tests! {
     posts_reported_failed_at_a_restart_are_not_issued_again => 31;
     verdict_sends_reported_sent_at_a_restart_never_reach_the_session => 32;
     a_restart_the_core_is_not_told_of_lets_pushes_go_to_dead_streams => 33;
+    a_device_the_adapter_forgets_lets_a_verdict_from_an_unsigned_device_decide => 34;
 }

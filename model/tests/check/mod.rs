@@ -277,7 +277,16 @@ pub enum Noise {
     /// Ann answers `yes abcde` as a Matrix reply to the agent's first message, which
     /// is not a prompt (it answers nothing, so it leaves no trace either).
     AnnYesToAgent,
+    /// Ann answers `yes abcde`, encrypted by a device she has not cross-signed
+    /// (Prompts scope only).
+    AnnUnsignedYes,
+    /// Ann reacts 👍️ on a prompt (by index) from a device she has not cross-signed
+    /// (Prompts scope only).
+    AnnUnsignedUp(usize),
 }
+
+/// The event ids of Ann's verdicts from a device she has not cross-signed start so.
+pub const ANN_UNSIGNED: &str = "$n-ann-unsigned-";
 
 /// The event id of [`Noise::AnnYesToAgent`].
 pub const ANN_YES_TO_AGENT: &str = "$n-ann-reply-yes";
@@ -351,6 +360,9 @@ pub enum Fault {
     VerdictsSentAtRestart,
     /// The server restarts without telling the core (no `Input::Restarted`).
     SilentRestart,
+    /// The adapter loses what matrix-sdk says of the sending device: every event
+    /// reads as sent in a plaintext room.
+    LoseDeviceTrust,
 }
 
 impl Fault {
@@ -510,7 +522,9 @@ impl Scope {
             Scope::Delivery => 278_842,
             // 590,051 until A's agent's writes were judged against B's prompts too
             // (identities are isolated): more states tell a refusal apart.
-            Scope::Prompts => 590_564,
+            // 590,564 until Ann's verdicts from a device she has not cross-signed
+            // (a text and a reaction, noise of this scope only) came.
+            Scope::Prompts => 739_758,
             Scope::Rooms => 80_412,
         }
     }
@@ -638,7 +652,7 @@ pub struct State {
     pub bad: u32,
     /// Good things that happened in the step that led here, one bit per `sometimes`
     /// property that needs history. Cleared every step, so it does not split states.
-    pub seen: u32,
+    pub seen: u64,
 }
 
 // ----- the cast ------------------------------------------------------------------
@@ -771,45 +785,47 @@ mod bad {
     pub const POST_NOT_REISSUED: u32 = 1 << 28;
     pub const VERDICT_NOT_RESENT: u32 = 1 << 29;
     pub const PUSH_TO_AWAY: u32 = 1 << 30;
+    pub const UNSIGNED_VERDICT: u32 = 1 << 31;
 }
 
 /// Bits of [`State::seen`].
 mod seen {
-    pub const VERDICT_S2: u32 = 1 << 0;
-    pub const REANSWERED: u32 = 1 << 1;
-    pub const TWO_SESSIONS: u32 = 1 << 2;
-    pub const TEXT_VERDICT: u32 = 1 << 3;
-    pub const REACTION_VERDICT: u32 = 1 << 4;
-    pub const DENY_BY_REACTION: u32 = 1 << 5;
-    pub const EXPIRED: u32 = 1 << 6;
-    pub const REPLAYED: u32 = 1 << 7;
-    pub const REPLAYED_TWO: u32 = 1 << 8;
-    pub const EDIT_PUSHED: u32 = 1 << 9;
-    pub const STALE_SEND: u32 = 1 << 11;
-    pub const B_PUSHED: u32 = 1 << 12;
-    pub const OWN_DROPPED: u32 = 1 << 13;
-    pub const POSTED_TO_R2: u32 = 1 << 14;
-    pub const VERDICT_DELIVERED: u32 = 1 << 15;
-    pub const ALLOWED_PUSHED: u32 = 1 << 16;
-    pub const EVICTED: u32 = 1 << 17;
-    pub const PROMPT_WRITE_REFUSED: u32 = 1 << 18;
-    pub const NAMING_REFUSED: u32 = 1 << 19;
-    pub const WRITE_PERFORMED: u32 = 1 << 20;
-    pub const REPLY_REFUSED: u32 = 1 << 21;
-    pub const PAST_FORMER_DENY: u32 = 1 << 22;
-    pub const STRANGER_INVITE_REFUSED: u32 = 1 << 10;
-    pub const INVITE_JOINED: u32 = 1 << 23;
-    pub const INVITE_NOT_REPEATED: u32 = 1 << 24;
-    pub const NOT_JOINED_DROPPED: u32 = 1 << 25;
-    pub const HISTORY_DROPPED: u32 = 1 << 26;
-    pub const POST_REISSUED: u32 = 1 << 27;
-    pub const VERDICT_RESENT: u32 = 1 << 28;
-    pub const BACK_PUSHED: u32 = 1 << 29;
+    pub const VERDICT_S2: u64 = 1 << 0;
+    pub const REANSWERED: u64 = 1 << 1;
+    pub const TWO_SESSIONS: u64 = 1 << 2;
+    pub const TEXT_VERDICT: u64 = 1 << 3;
+    pub const REACTION_VERDICT: u64 = 1 << 4;
+    pub const DENY_BY_REACTION: u64 = 1 << 5;
+    pub const EXPIRED: u64 = 1 << 6;
+    pub const REPLAYED: u64 = 1 << 7;
+    pub const REPLAYED_TWO: u64 = 1 << 8;
+    pub const EDIT_PUSHED: u64 = 1 << 9;
+    pub const STALE_SEND: u64 = 1 << 11;
+    pub const B_PUSHED: u64 = 1 << 12;
+    pub const OWN_DROPPED: u64 = 1 << 13;
+    pub const POSTED_TO_R2: u64 = 1 << 14;
+    pub const VERDICT_DELIVERED: u64 = 1 << 15;
+    pub const ALLOWED_PUSHED: u64 = 1 << 16;
+    pub const EVICTED: u64 = 1 << 17;
+    pub const PROMPT_WRITE_REFUSED: u64 = 1 << 18;
+    pub const NAMING_REFUSED: u64 = 1 << 19;
+    pub const WRITE_PERFORMED: u64 = 1 << 20;
+    pub const REPLY_REFUSED: u64 = 1 << 21;
+    pub const PAST_FORMER_DENY: u64 = 1 << 22;
+    pub const STRANGER_INVITE_REFUSED: u64 = 1 << 10;
+    pub const INVITE_JOINED: u64 = 1 << 23;
+    pub const INVITE_NOT_REPEATED: u64 = 1 << 24;
+    pub const NOT_JOINED_DROPPED: u64 = 1 << 25;
+    pub const HISTORY_DROPPED: u64 = 1 << 26;
+    pub const POST_REISSUED: u64 = 1 << 27;
+    pub const VERDICT_RESENT: u64 = 1 << 28;
+    pub const BACK_PUSHED: u64 = 1 << 29;
+    pub const UNSIGNED_REFUSED: u64 = 1 << 32;
     /// Not a witness: the step's agent write was refused.
-    pub const WRITE_REFUSED: u32 = 1 << 31;
+    pub const WRITE_REFUSED: u64 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
     /// these bits, and has the same successors (the checker need not expand it).
-    pub const NO_TRACE: u32 = 1 << 30;
+    pub const NO_TRACE: u64 = 1 << 30;
 }
 
 impl World {
@@ -1360,10 +1376,16 @@ impl Model for World {
             ] {
                 actions.push(Action::Noise(noise));
             }
+            if self.scope == Scope::Prompts {
+                actions.push(Action::Noise(Noise::AnnUnsignedYes));
+            }
             for (prompt, p) in s.prompts.iter().enumerate() {
                 if p.ident == Ident::A {
                     actions.push(Action::Noise(Noise::CarlUp(prompt)));
                     actions.push(Action::Noise(Noise::EveUp(prompt)));
+                    if self.scope == Scope::Prompts {
+                        actions.push(Action::Noise(Noise::AnnUnsignedUp(prompt)));
+                    }
                 }
             }
         }
@@ -1672,7 +1694,11 @@ impl Model for World {
             }
             Action::Noise(noise) => {
                 s.used.noise += 1;
-                if matches!(noise, Noise::CarlYes | Noise::AnnYesToAgent) && s.joined(Ident::A, 0) {
+                if matches!(
+                    noise,
+                    Noise::CarlYes | Noise::AnnYesToAgent | Noise::AnnUnsignedYes
+                ) && s.joined(Ident::A, 0)
+                {
                     s.last_allowed_room = Some(Ident::A.room(0));
                 }
                 let input = noise_input(self, &s, noise);
@@ -2080,11 +2106,35 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
             Err(prompt),
         ),
         Noise::AnnYesToAgent => return ann_yes_to_agent(world, s),
+        Noise::AnnUnsignedYes => (
+            Who::Ann,
+            format!("{ANN_UNSIGNED}yes"),
+            Ok((MsgType::Text, body(Text::Yes(Rid::R1)))),
+        ),
+        Noise::AnnUnsignedUp(prompt) => (
+            Who::Ann,
+            format!("{ANN_UNSIGNED}up-{}", s.prompts[prompt].message),
+            Err(prompt),
+        ),
+    };
+    // What the adapter says of the device: Ann's unsigned device, unless the fault
+    // loses it (every event then reads as sent in a plaintext room).
+    let device = if matches!(noise, Noise::AnnUnsignedYes | Noise::AnnUnsignedUp(_))
+        && !world.has(Fault::LoseDeviceTrust)
+    {
+        mc_model::DeviceTrust::NotCrossSigned
+    } else {
+        mc_model::DeviceTrust::PlaintextRoom
     };
     match content_or_key {
         Ok((msgtype, text)) => {
             let room = a.room(if who == Who::Eve { 1 } else { 0 });
-            s.message_input(a, who, room, EventId(event_id), plain(msgtype, text, None))
+            let mut input =
+                s.message_input(a, who, room, EventId(event_id), plain(msgtype, text, None));
+            if let Input::Message { message, .. } = &mut input {
+                message.device = device;
+            }
+            input
         }
         Err(prompt) => Input::Reaction {
             identity: a.id(),
@@ -2095,7 +2145,7 @@ fn noise_input(world: &World, s: &State, noise: Noise) -> Input {
                 origin_server_ts: s.now,
                 relates_to: s.prompts[prompt].message.clone(),
                 key: Key::Up.raw().to_owned(),
-                device: mc_model::DeviceTrust::PlaintextRoom,
+                device,
             },
         },
     }
@@ -2329,6 +2379,7 @@ fn monitor(
                     s.seen |= seen::STRANGER_INVITE_REFUSED
                 }
                 DropReason::AlreadyInvited => s.seen |= seen::INVITE_NOT_REPEATED,
+                DropReason::NotCrossSigned => s.seen |= seen::UNSIGNED_REFUSED,
                 DropReason::NotJoined => {
                     let history = s
                         .messages
@@ -2605,8 +2656,14 @@ fn check_decision(
             if event_id.as_str() == ANN_YES_TO_AGENT {
                 s.bad |= bad::REPLY_ANSWERED;
             }
+            if event_id.as_str().starts_with(ANN_UNSIGNED) {
+                s.bad |= bad::UNSIGNED_VERDICT;
+            }
         }
         VerdictSource::Reaction { event_id, .. } => {
+            if event_id.as_str().starts_with(ANN_UNSIGNED) {
+                s.bad |= bad::UNSIGNED_VERDICT;
+            }
             s.seen |= seen::REACTION_VERDICT;
             if decision.behavior == Behavior::Deny {
                 s.seen |= seen::DENY_BY_REACTION;
@@ -2902,6 +2959,7 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "an agent's write to an ordinary message is performed",
             "a verdict replying to the agent's message answers nothing",
             "a yes is taken at once after the denier stopped being an approver",
+            "a verdict from a device not cross-signed is refused",
         ],
         Scope::Rooms => &[
             "an allowed sender's message is pushed",
@@ -2957,6 +3015,8 @@ pub mod names {
     pub const NAMES_OPEN: &str = "no text the agent sends names an open request id";
     pub const WRONGLY_REFUSED: &str = "an agent's write that breaks no rule is performed";
     pub const REPLY_ANSWERED: &str = "a verdict replying to another event answers nothing";
+    pub const UNSIGNED_VERDICT: &str =
+        "a verdict counts only from a device its approver cross-signed";
     pub const HELD_BY_FORMER: &str =
         "a yes is held back only by the deny of someone who is an approver now";
     pub const STRANGER_JOINED: &str = "a stranger's invite is never joined";
@@ -3112,6 +3172,11 @@ fn properties() -> Vec<Property<World>> {
         witness!(
             "a verdict replying to the agent's message answers nothing",
             seen::REPLY_REFUSED
+        ),
+        never!(UNSIGNED_VERDICT, bad::UNSIGNED_VERDICT),
+        witness!(
+            "a verdict from a device not cross-signed is refused",
+            seen::UNSIGNED_REFUSED
         ),
         never!(HELD_BY_FORMER, bad::HELD_BY_FORMER),
         witness!(
