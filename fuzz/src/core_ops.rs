@@ -37,11 +37,11 @@ use mc_model::classify::verdict_body;
 use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::parse_text_verdict;
 use mc_model::{
-    AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DropReason, Effect, EffectId,
-    EventId, Gate, IdentityConfig, IdentityId, Input, Membership, Message, MessageContent, MetaKey,
-    Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest, Phase, Prompt, Reaction,
-    Redaction, Relation, ReplyTo, RequestId, RoomId, RoomState, SessionId, SessionState, UserId,
-    VerdictSource,
+    AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DeviceTrust, DropReason, Effect,
+    EffectId, EventId, Gate, IdentityConfig, IdentityId, Input, Membership, Message,
+    MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
+    Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, RoomState, SessionId,
+    SessionState, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +60,18 @@ pub const EVE: &str = "@eve:example.org";
 pub const BOT_A: &str = "@bot-a:example.org";
 pub const BOT_B: &str = "@bot-b:example.org";
 const WHO: [&str; 5] = [ANN, CARL, EVE, BOT_A, BOT_B];
+
+/// What the adapter says of the device a message or reaction came from: read from
+/// the sender byte's higher part (`who / WHO.len()`), so the seeds written before it
+/// (senders below `WHO.len()`) keep meaning a plaintext room.
+fn device_of(who: u8) -> DeviceTrust {
+    [
+        DeviceTrust::PlaintextRoom,
+        DeviceTrust::CrossSigned,
+        DeviceTrust::NotCrossSigned,
+        DeviceTrust::UnencryptedInEncryptedRoom,
+    ][usize::from(who) / WHO.len() % 4]
+}
 /// The cast's three rooms, which both identities are joined to at the start (an
 /// `Input::Membership` `Joined` each, before the first op), and `!r4`, which nobody
 /// is in at the start: invites, history before a join and events after a leave
@@ -888,6 +900,17 @@ struct Ev {
     inputs: Vec<(usize, Input)>,
 }
 
+impl Ev {
+    /// The device its inputs carry (a plaintext room's for other events).
+    fn device(&self) -> DeviceTrust {
+        match self.inputs.first().map(|(_, input)| input) {
+            Some(Input::Message { message, .. }) => message.device,
+            Some(Input::Reaction { reaction, .. }) => reaction.device,
+            _ => DeviceTrust::PlaintextRoom,
+        }
+    }
+}
+
 /// A prompt message the world posted for the core.
 #[derive(Clone, Debug)]
 struct PromptRec {
@@ -1488,6 +1511,7 @@ impl World {
                 };
                 let target = self.resolve(*target);
                 let id = self.fresh("e");
+                let device = device_of(*who);
                 let who = UserId::from(WHO[usize::from(*who) % WHO.len()]);
                 let room = self.room_of(&target);
                 let reaction = Reaction {
@@ -1497,7 +1521,7 @@ impl World {
                     origin_server_ts: self.now,
                     relates_to: target.clone(),
                     key: key.clone(),
-                    device: mc_model::DeviceTrust::PlaintextRoom,
+                    device,
                 };
                 let inputs = Self::targets(*to)
                     .into_iter()
@@ -2403,6 +2427,7 @@ impl World {
         name: &Option<String>,
     ) {
         let id = self.fresh("e");
+        let device = device_of(who);
         let who = UserId::from(WHO[usize::from(who) % WHO.len()]);
         let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
         let msgtype = match msgtype % 8 {
@@ -2504,7 +2529,7 @@ impl World {
             sender_name: name.clone(),
             origin_server_ts: self.now,
             content,
-            device: mc_model::DeviceTrust::PlaintextRoom,
+            device,
         };
         let counts_room = message
             .content
@@ -3190,6 +3215,10 @@ impl World {
                     && e.step < step
                     && e.joined.contains(&ident)
                     && self.configs[ident].gate(&e.who) == Gate::Approver
+                    && self.configs[ident]
+                        .verdict_devices
+                        .admits(e.device())
+                        .is_ok()
                     && matches!(&e.kind, EvKind::Reaction { target, key }
                         if *target == message && self.keys.classify(key).is_some())
             })
@@ -3203,6 +3232,11 @@ impl World {
                     .find(|e| e.id == *event_id)
                     .expect("a text verdict from no message");
                 assert_eq!(ev.who, decision.by);
+                assert_eq!(
+                    self.configs[ident].verdict_devices.admits(ev.device()),
+                    Ok(()),
+                    "a text verdict from a device the settings refuse"
+                );
                 assert!(ev.to.contains(&ident));
                 assert!(
                     ev.joined.contains(&ident),
@@ -3237,6 +3271,11 @@ impl World {
                     .find(|e| e.id == *event_id)
                     .expect("a reaction verdict from no event");
                 assert_eq!(ev.who, decision.by);
+                assert_eq!(
+                    self.configs[ident].verdict_devices.admits(ev.device()),
+                    Ok(()),
+                    "a vote from a device the settings refuse decided"
+                );
                 assert!(
                     ev.joined.contains(&ident),
                     "a reaction verdict from {event_id}, which came while the identity was not \

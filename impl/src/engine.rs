@@ -718,7 +718,7 @@ mod tests {
                     relation: None,
                     attachment: None,
                 }),
-    device: mc_model::DeviceTrust::PlaintextRoom,
+                device: mc_model::DeviceTrust::PlaintextRoom,
             },
         }
     }

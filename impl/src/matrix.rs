@@ -622,7 +622,7 @@ impl Syncer {
 
     /// One timeline event to the model.
     async fn hand(&self, room: &Room, event: &matrix_sdk::deserialized_responses::TimelineEvent) {
-        let device = sender_device(event.encryption_info().map(|i| &**i), room);
+        let device = sender_device(event.encryption_info().map(|i| &**i), room).await;
         let input = timeline_input(&self.id, room, event.raw().json().get(), device).await;
         let _ = self.engine.submit(input);
     }
@@ -845,7 +845,9 @@ fn add_redecryption(identity: &Identity, engine: EngineHandle) -> anyhow::Result
                         match room.event(&event_id, None).await {
                             Ok(event) => {
                                 tracing::info!(identity = %id, room = %room_id, event = %event_id, "decrypted late");
-                                let device = sender_device(event.encryption_info().map(|i| &**i), &room);
+                                let device =
+                                    sender_device(event.encryption_info().map(|i| &**i), &room)
+                                        .await;
                                 let input =
                                     timeline_input(&id, &room, event.raw().json().get(), device)
                                         .await;
@@ -980,11 +982,19 @@ pub async fn timeline_input(
 /// identity is trusted on first use) is [`DeviceTrust::CrossSigned`]; an unsigned
 /// or unknown device, another user's device, and an identity that changed after it
 /// was verified are [`DeviceTrust::NotCrossSigned`]. A clear event is
-/// [`DeviceTrust::PlaintextRoom`] only when the SDK knows `room` is not encrypted.
+/// [`DeviceTrust::PlaintextRoom`] only when the SDK knows `room` is not encrypted:
+/// its state is asked of the homeserver once when the sync did not settle it
+/// (`latest_encryption_state`; a room joined over a filtered sync often reads as
+/// unknown), and an error reads as encrypted.
 /// Source: matrix-sdk-common `VerificationState`, the Matrix spec's "Cross-signing".
-pub fn sender_device(info: Option<&EncryptionInfo>, room: &Room) -> DeviceTrust {
-    let state = room.encryption_state();
-    let plaintext_room = !state.is_encrypted() && !state.is_unknown();
+pub async fn sender_device(info: Option<&EncryptionInfo>, room: &Room) -> DeviceTrust {
+    let plaintext_room = match room.latest_encryption_state().await {
+        Ok(state) => !state.is_encrypted() && !state.is_unknown(),
+        Err(e) => {
+            tracing::warn!(room = %room.room_id(), "the room's encryption state: {e}");
+            false
+        }
+    };
     device_of(info.map(|info| &info.verification_state), plaintext_room)
 }
 
@@ -1074,7 +1084,11 @@ mod tests {
         let cases = [
             (None, true, DeviceTrust::PlaintextRoom),
             (None, false, DeviceTrust::UnencryptedInEncryptedRoom),
-            (Some(VerificationState::Verified), false, DeviceTrust::CrossSigned),
+            (
+                Some(VerificationState::Verified),
+                false,
+                DeviceTrust::CrossSigned,
+            ),
             (
                 Some(unverified(VerificationLevel::UnverifiedIdentity)),
                 false,
@@ -1091,7 +1105,9 @@ mod tests {
                 DeviceTrust::NotCrossSigned,
             ),
             (
-                Some(unverified(VerificationLevel::None(DeviceLinkProblem::MissingDevice))),
+                Some(unverified(VerificationLevel::None(
+                    DeviceLinkProblem::MissingDevice,
+                ))),
                 false,
                 DeviceTrust::NotCrossSigned,
             ),
@@ -1102,7 +1118,11 @@ mod tests {
             ),
         ];
         for (state, plaintext_room, expected) in cases {
-            assert_eq!(device_of(state.as_ref(), plaintext_room), expected, "{state:?}");
+            assert_eq!(
+                device_of(state.as_ref(), plaintext_room),
+                expected,
+                "{state:?}"
+            );
         }
     }
 

@@ -707,7 +707,8 @@ mod tests {
     }
 
     fn decode(json: &str) -> Decoded {
-        decode_timeline_event(&room(), json, DeviceTrust::PlaintextRoom).expect("the envelope is readable")
+        decode_timeline_event(&room(), json, DeviceTrust::PlaintextRoom)
+            .expect("the envelope is readable")
     }
 
     fn message(json: &str) -> Message {
@@ -1461,7 +1462,8 @@ mod tests {
             "null",
             "{",
         ] {
-            let err = decode_timeline_event(&room(), input, DeviceTrust::PlaintextRoom).unwrap_err();
+            let err =
+                decode_timeline_event(&room(), input, DeviceTrust::PlaintextRoom).unwrap_err();
             assert!(
                 matches!(err, DecodeError::NotAnObject(_)),
                 "{input:?}: {err:?}"
