@@ -479,6 +479,7 @@ fn kind(input: &Input) -> &'static str {
         Input::Membership { .. } => "memberships",
         Input::NotInput { .. } => "events that are no input",
         Input::Undecryptable { .. } => "undecryptable events",
+        Input::GapCut { .. } => "sync gaps cut",
     }
 }
 

@@ -116,6 +116,10 @@ alphabet! {
     /// event id comes again decrypted, as an `m.text` message from the same sender
     /// saying `text`.
     Decrypt { target: usize, text: Text } => decrypt,
+    /// `Input::GapCut`: a sync's gap in the identity's room number `room` was larger
+    /// than the server backfills (handed as the input itself: the backfill is the
+    /// driver's IO, tested end to end).
+    GapCut { ident: Ident, room: u8 } => gap_cut,
 }
 
 /// The action an input comes from. Exhaustive: a new `Input` variant fails to compile
@@ -137,5 +141,6 @@ pub fn kind_of(input: &Input) -> ActionKind {
         Input::Membership { .. } => ActionKind::Membership,
         Input::NotInput { .. } => ActionKind::NotInput,
         Input::Undecryptable { .. } => ActionKind::Undecryptable,
+        Input::GapCut { .. } => ActionKind::GapCut,
     }
 }

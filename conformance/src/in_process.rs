@@ -826,4 +826,13 @@ impl Adapter for InProcess {
         NOW.with(|n| n.set(world.now));
         self.submit(Input::Tick)
     }
+
+    /// The sync loop found a gap larger than its budget: it hands the engine
+    /// `Input::GapCut` before the gap's events (the backfill itself is IO).
+    fn gap_cut(&mut self, _: &World, ident: &Ident, room: &u8) -> Result<(), String> {
+        self.submit(Input::GapCut {
+            identity: ident.id(),
+            room: ident.room(*room),
+        })
+    }
 }

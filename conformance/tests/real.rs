@@ -734,6 +734,10 @@ impl Adapter for Real {
         Err("decrypt is in-process only (conformance/skip.txt)".to_owned())
     }
 
+    fn gap_cut(&mut self, _: &World, _: &Ident, _: &u8) -> Result<(), String> {
+        Err("gap_cut is in-process only (conformance/skip.txt)".to_owned())
+    }
+
     fn break_stream(&mut self, _: &World, _: &Sess) -> Result<(), String> {
         Err("break_stream is in-process only (conformance/skip.txt)".to_owned())
     }

@@ -603,7 +603,15 @@ impl Syncer {
         let mut gap = Vec::new();
         if timeline.limited && !joined_here {
             if let Some(prev_batch) = &timeline.prev_batch {
-                gap = self.backfill(&room, prev_batch).await;
+                let cut;
+                (gap, cut) = self.backfill(&room, prev_batch).await;
+                if cut {
+                    // The sessions are told before the events that follow the cut.
+                    let _ = self.engine.submit(Input::GapCut {
+                        identity: self.id.clone(),
+                        room: mc_model::RoomId(room_id.to_string()),
+                    });
+                }
             }
         }
         for event in gap.iter().chain(&timeline.events) {
@@ -634,12 +642,13 @@ impl Syncer {
     /// model's delivery log holds), the identity's own join (what comes before is
     /// history), the start of the room, or [`GAP_BUDGET`] events (the older rest is
     /// cut, with a WARN). A page that cannot be read ends the backfill there
-    /// (WARN).
+    /// (WARN). The flag says whether older events of the gap were left out (cut at
+    /// the budget or a page failed): the model is told (`Input::GapCut`).
     async fn backfill(
         &self,
         room: &Room,
         prev_batch: &str,
-    ) -> Vec<matrix_sdk::deserialized_responses::TimelineEvent> {
+    ) -> (Vec<matrix_sdk::deserialized_responses::TimelineEvent>, bool) {
         use matrix_sdk::room::MessagesOptions;
         let last = self.last_events.get(room.room_id().as_str()).cloned();
         let mut newest_first = Vec::new();
@@ -683,6 +692,7 @@ impl Syncer {
             }
         };
         newest_first.reverse();
+        let cut = matches!(end, GapEnd::Cut | GapEnd::Failed(_));
         let oldest = newest_first
             .first()
             .and_then(|e| e.event_id())
@@ -703,7 +713,7 @@ impl Syncer {
                 "a gap of {} events backfilled (ended at {end:?})", newest_first.len()
             ),
         }
-        newest_first
+        (newest_first, cut)
     }
 
     /// For each event id, whether the model's delivery log holds it.

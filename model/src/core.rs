@@ -14,8 +14,8 @@ use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionI
 use crate::meta::MetaKey;
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
 use crate::render::{
-    render_edit, render_message, render_reaction, render_replay_cut, render_retraction,
-    render_undecryptable, undecryptable_notice_text, PushKind,
+    render_edit, render_gap_cut, render_message, render_reaction, render_replay_cut,
+    render_retraction, render_undecryptable, undecryptable_notice_text, PushKind,
 };
 use crate::verdict::{Behavior, RequestId, TextVerdict};
 use serde::{Deserialize, Serialize};
@@ -66,6 +66,10 @@ pub struct IdentityState {
     /// first, at most [`UNDECRYPTABLE_MEMORY`] (see `Input::Undecryptable`).
     #[serde(default)]
     undecryptable: VecDeque<Parked>,
+    /// Rooms whose sync gap was cut while no session was live, oldest first: told to
+    /// the next session that attaches (see `Input::GapCut`).
+    #[serde(default)]
+    gap_cuts: Vec<RoomId>,
 }
 
 /// How many undecryptable events each identity parks at once; beyond it the oldest
@@ -445,6 +449,7 @@ impl Channel {
                 ..
             } => (identity, Event::NotInput(event_id, sender, what)),
             Input::Undecryptable { identity, event } => (identity, Event::Undecryptable(event)),
+            Input::GapCut { identity, room } => (identity, Event::GapCut(room)),
         };
         // Every identity's prompts are off limits to every identity's agent: one
         // identity's agent touching another's prompt, or naming its open id, is
@@ -502,6 +507,7 @@ impl Channel {
                 state.on_not_input(event_id, sender, what, &mut out)
             }
             Event::Undecryptable(event) => state.on_undecryptable(event, &mut out),
+            Event::GapCut(room) => state.on_gap_cut(room, &mut out),
         }
         effects
     }
@@ -644,6 +650,7 @@ enum Event {
     Membership(RoomId, Option<EventId>, UserId, Membership),
     NotInput(Option<EventId>, Option<UserId>, String),
     Undecryptable(Undecryptable),
+    GapCut(RoomId),
 }
 
 impl Event {
@@ -678,7 +685,14 @@ impl IdentityState {
             rooms: BTreeMap::new(),
             history: VecDeque::new(),
             undecryptable: VecDeque::new(),
+            gap_cuts: Vec::new(),
         }
+    }
+
+    /// Rooms whose sync gap was cut while no session was live, to tell the next
+    /// session that attaches (see `Input::GapCut`).
+    pub fn gap_cuts(&self) -> &[RoomId] {
+        &self.gap_cuts
     }
 
     /// The identity's membership of each room it heard of.
@@ -806,7 +820,29 @@ impl IdentityState {
         for serial in decided {
             self.start_delivery(serial, out);
         }
+        for room in std::mem::take(&mut self.gap_cuts) {
+            self.push(&session, None, 0, render_gap_cut(&room), out);
+        }
         self.replay(&session, out);
+    }
+
+    /// See [`Input::GapCut`]: every live session is told now; with none, the next
+    /// one to attach is (a room's cut is kept once).
+    fn on_gap_cut(&mut self, room: RoomId, out: &mut Out<'_>) {
+        if !self.is_joined(&room) {
+            return out.drop(None, DropReason::NotJoined);
+        }
+        out.drop(None, DropReason::GapCut { room: room.clone() });
+        let live = self.live_sessions();
+        if live.is_empty() {
+            if !self.gap_cuts.contains(&room) {
+                self.gap_cuts.push(room);
+            }
+            return;
+        }
+        for session in live {
+            self.push(&session, None, 0, render_gap_cut(&room), out);
+        }
     }
 
     fn detach(&mut self, session: &SessionId, out: &mut Out<'_>) {

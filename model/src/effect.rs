@@ -215,6 +215,9 @@ pub enum DropReason {
     QueueFull,
     /// Replay to an attaching session was cut at the budget; these were omitted.
     ReplayCut { omitted: usize },
+    /// A sync's gap in `room` was larger than the server backfills: its oldest events
+    /// were never fetched (see `Input::GapCut`).
+    GapCut { room: RoomId },
     /// An outcome for an effect id that is not in flight.
     StaleOutcome,
     /// An input for an identity that was never added.

@@ -119,6 +119,13 @@ pub enum Input {
         identity: IdentityId,
         event: Undecryptable,
     },
+    /// A sync's timeline gap in `room` (a `limited` timeline, Client-Server API
+    /// "Syncing") was larger than the server backfills: its oldest events were not
+    /// fetched, and the events handed after this input are the gap's newest ones.
+    /// The sessions are told (`kind` `gap_cut`, with the room): at once when one is
+    /// live, else at the next attach, before the replay. Dropped as `NotJoined` for a
+    /// room the identity is not joined to.
+    GapCut { identity: IdentityId, room: RoomId },
     /// Only time passed. Timers that are due fire (they also fire before any input).
     Tick,
     /// The server process that handled the inputs so far is gone and a new one has

@@ -32,6 +32,8 @@ pub enum PushKind {
     ReplayCut,
     /// An encrypted event whose room key did not come in time: metadata only.
     Undecryptable,
+    /// A sync gap in a room was cut: its oldest events were not fetched.
+    GapCut,
 }
 
 impl PushKind {
@@ -44,6 +46,7 @@ impl PushKind {
             PushKind::Retraction => "retraction",
             PushKind::ReplayCut => "replay_cut",
             PushKind::Undecryptable => "undecryptable",
+            PushKind::GapCut => "gap_cut",
         }
     }
 }
@@ -278,6 +281,19 @@ pub fn undecryptable_notice_text() -> String {
      client sends only to verified devices, verify this device (or its account's \
      cross-signing identity), then send the message again."
         .to_owned()
+}
+
+/// The push that says a sync gap in `room` was cut (see `Input::GapCut`): `kind`
+/// `gap_cut` and `room_id` in meta.
+pub fn render_gap_cut(room: &RoomId) -> ChannelNotification {
+    let mut meta = Meta::default();
+    meta.set(MetaKey::Kind, PushKind::GapCut.as_str());
+    meta.set(MetaKey::RoomId, room.as_str());
+    let content = "More events arrived in this room while the server could not sync \
+                   than it fetches again: the oldest of them are not pushed; read the \
+                   room's history if they matter."
+        .to_owned();
+    ChannelNotification { content, meta }
 }
 
 pub fn render_replay_cut(omitted: usize) -> ChannelNotification {

@@ -13,6 +13,8 @@ mod config;
 mod delivery;
 #[path = "scenarios/devices.rs"]
 mod devices;
+#[path = "scenarios/gap_cut.rs"]
+mod gap_cut;
 #[path = "scenarios/gate.rs"]
 mod gate;
 #[path = "scenarios/ids.rs"]
