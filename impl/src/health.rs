@@ -172,6 +172,7 @@ impl EngineProbe {
 /// `identity` (`None`: no identity asked, or it is unknown to the model).
 pub async fn probe_engine(engine: &EngineHandle, identity: Option<String>) -> EngineProbe {
     let started = Instant::now();
+    // A read for display only (the health report): nothing is decided from it.
     let read = engine.read(move |channel| {
         identity.and_then(|name| {
             channel

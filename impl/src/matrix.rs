@@ -716,7 +716,10 @@ impl Syncer {
         (newest_first, cut)
     }
 
-    /// For each event id, whether the model's delivery log holds it.
+    /// For each event id, whether the model's delivery log holds it. A read for IO
+    /// only (where paging back may stop): what is handed over is still judged by the
+    /// model, which drops an event it has seen as `Duplicate`, so a wrong answer
+    /// here costs pages, never a push.
     async fn known_to_model(&self, ids: Vec<Option<String>>) -> Vec<bool> {
         let id = self.id.clone();
         let n = ids.len();
