@@ -717,9 +717,10 @@ impl Syncer {
     }
 
     /// For each event id, whether the model's delivery log holds it. A read for IO
-    /// only (where paging back may stop): what is handed over is still judged by the
-    /// model, which drops an event it has seen as `Duplicate`, so a wrong answer
-    /// here costs pages, never a push.
+    /// only (where paging back may stop): the log holds only events the model was
+    /// handed, so a yes is never wrong; a no for a seen event (forgotten at the
+    /// log's cap) costs pages, and the model drops it again as `Duplicate` or pushes
+    /// it as the log's own rule says. Every event handed over is judged by the model.
     async fn known_to_model(&self, ids: Vec<Option<String>>) -> Vec<bool> {
         let id = self.id.clone();
         let n = ids.len();
