@@ -83,6 +83,17 @@ pub struct Sent {
     pub session_id: Option<String>,
 }
 
+/// Asserts that nio received `event` as Megolm ciphertext and decrypted it.
+#[track_caller]
+pub fn assert_decrypted(event: &Received) {
+    assert!(
+        event.encrypted && event.decrypted,
+        "nio got {} as ciphertext and decrypted it: {:?}",
+        event.event_id,
+        event.raw
+    );
+}
+
 /// A timeline event as the nio human sees it.
 #[derive(Clone, Debug)]
 pub struct Received {

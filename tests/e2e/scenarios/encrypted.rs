@@ -13,21 +13,10 @@ use crate::harness::expect::{
     assert_push, assert_verdict, message, outcome_html, outcome_plain, permission_request,
     prompt_html, prompt_plain, push, Answer, PERMISSION_REQUEST,
 };
-use crate::harness::nio::{NioFixture, NioHuman, Received};
+use crate::harness::nio::{assert_decrypted, NioFixture, NioHuman};
 use crate::harness::{QUIET, WAIT};
 use serde_json::json;
 use std::time::{Duration, Instant};
-
-/// Asserts that nio received `event` as Megolm ciphertext and decrypted it.
-#[track_caller]
-fn assert_decrypted(event: &Received) {
-    assert!(
-        event.encrypted && event.decrypted,
-        "nio got {} as ciphertext and decrypted it: {:?}",
-        event.event_id,
-        event.raw
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_an_encrypted_room_a_message_a_reply_an_edit_reactions_and_a_redaction_are_pushed_decrypted_as_what_they_are(

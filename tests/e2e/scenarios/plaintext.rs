@@ -16,22 +16,11 @@ use crate::harness::expect::{assert_push, message, push};
 use crate::harness::homeserver::homeserver;
 use crate::harness::human::enc;
 use crate::harness::mcp::McpClient;
-use crate::harness::nio::{NioFixture, Received};
+use crate::harness::nio::{assert_decrypted, NioFixture};
 use crate::harness::{QUIET, WAIT};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::time::Instant;
-
-/// Asserts that nio received `event` as Megolm ciphertext and decrypted it.
-#[track_caller]
-fn assert_decrypted(event: &Received) {
-    assert!(
-        event.encrypted && event.decrypted,
-        "nio got {} as ciphertext and decrypted it: {:?}",
-        event.event_id,
-        event.raw
-    );
-}
 
 /// A tool call that must fail with `kind`; returns the error's message.
 async fn expect_error(client: &McpClient, tool: &str, args: Value, kind: &str) -> String {
