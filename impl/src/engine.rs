@@ -121,6 +121,8 @@ enum Command {
         input: Box<Input>,
         answer: oneshot::Sender<bool>,
     },
+    /// Stop taking inputs, make the state durable, answer, and end the task.
+    Shutdown(oneshot::Sender<()>),
 }
 
 /// A handle to the engine task; cheap to clone.
@@ -184,6 +186,20 @@ impl EngineHandle {
         rx.await.map_err(|_| EngineStopped)
     }
 
+    /// Stops the engine after every input submitted before this call: its state is
+    /// made durable (the persisted state then needs no replay), the task ends, and
+    /// later calls on any handle answer [`EngineStopped`]. Effects already handed to
+    /// the wire finish in their own tasks; their outcomes are not recorded, so after
+    /// the next start the model settles them as it does after a crash
+    /// ([`Input::Restarted`]). Returns once the state is durable, or at once when the
+    /// engine has already stopped.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Command::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     /// Reads the model's state after every input submitted before this call.
     pub async fn read<T: Send + 'static>(
         &self,
@@ -207,6 +223,10 @@ pub struct EngineStopped;
 /// Where the engine keeps its state between transitions.
 pub trait Persist: Send + Sync + 'static {
     fn save(&mut self, channel: &Channel);
+    /// Makes `channel` durable before the engine stops.
+    fn flush(&mut self, channel: &Channel) {
+        self.save(channel)
+    }
 }
 
 /// Persists into the server's database, skipping writes when nothing changed.
@@ -321,6 +341,11 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     let _ = answer.send(!dropped);
                 }
                 Command::Read(f) => f(&self.channel),
+                Command::Shutdown(done) => {
+                    self.persist.flush(&self.channel);
+                    let _ = done.send(());
+                    return;
+                }
                 Command::Write {
                     identity,
                     write,
