@@ -129,9 +129,52 @@ enum Command {
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::UnboundedSender<Command>,
+    counters: std::sync::Arc<Counters>,
+}
+
+/// What the engine has done since it started, for `/health` and the benchmarks.
+/// Times are microseconds of wall clock spent inside the engine task.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Inputs handed to the model (outcomes of effects included).
+    pub inputs: u64,
+    /// Time in the model's transitions (`Channel::handle`).
+    pub handle_us: u64,
+    /// Time making inputs or state durable ([`Persist`]).
+    pub persist_us: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    inputs: std::sync::atomic::AtomicU64,
+    handle_us: std::sync::atomic::AtomicU64,
+    persist_us: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    fn add(&self, handle: Duration, persist: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.inputs.fetch_add(1, Relaxed);
+        self.handle_us.fetch_add(micros(handle), Relaxed);
+        self.persist_us.fetch_add(micros(persist), Relaxed);
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl EngineHandle {
+    /// The engine's counters so far (they only grow).
+    pub fn stats(&self) -> EngineStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        EngineStats {
+            inputs: self.counters.inputs.load(Relaxed),
+            handle_us: self.counters.handle_us.load(Relaxed),
+            persist_us: self.counters.persist_us.load(Relaxed),
+        }
+    }
+
     /// Queues an input. Inputs are handled in the order they were submitted.
     /// Errors: the engine has stopped.
     pub fn submit(&self, input: Input) -> Result<(), EngineStopped> {
@@ -275,8 +318,10 @@ pub fn spawn<W: Wire, P: Persist>(
     clock: fn() -> Millis,
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
+    let counters = std::sync::Arc::<Counters>::default();
     let engine = Engine {
         tx: tx.clone(),
+        counters: counters.clone(),
         calls: Default::default(),
         next_call: 0,
         channel,
@@ -289,11 +334,12 @@ pub fn spawn<W: Wire, P: Persist>(
         engine.step(Input::Restarted).await;
         engine.run(rx).await
     });
-    (EngineHandle { tx }, task)
+    (EngineHandle { tx, counters }, task)
 }
 
 struct Engine<W, P> {
     tx: mpsc::UnboundedSender<Command>,
+    counters: std::sync::Arc<Counters>,
     /// Tool calls waiting for the model's answer to their write.
     calls: std::collections::BTreeMap<CallId, oneshot::Sender<WriteAnswer>>,
     next_call: u64,
@@ -373,8 +419,11 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         let mut first = None;
         while let Some(input) = pending.pop_front() {
             tracing::debug!(?input, "input");
+            let started = std::time::Instant::now();
             let effects = self.channel.handle((self.clock)(), input);
+            let handled = std::time::Instant::now();
             self.persist.save(&self.channel);
+            self.counters.add(handled - started, handled.elapsed());
             first
                 .get_or_insert_with(|| effects.iter().any(|e| matches!(e, Effect::Dropped { .. })));
             for effect in effects {
@@ -773,6 +822,8 @@ mod tests {
         assert_eq!(params["meta"]["sender"], json!(ALICE));
         let in_flight = engine.read(|c| c.in_flight()).await.unwrap();
         assert_eq!(in_flight, 0, "the Sent outcome was fed back");
+        // Restarted, Attach, the message and the push's outcome.
+        assert_eq!(engine.stats().inputs, 4);
     }
 
     #[tokio::test]

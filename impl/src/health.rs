@@ -158,6 +158,8 @@ impl SyncHealth {
 pub struct EngineProbe {
     pub lag: Option<Duration>,
     pub undecryptable: Option<usize>,
+    /// The engine's counters when the probe was answered.
+    pub stats: crate::engine::EngineStats,
 }
 
 impl EngineProbe {
@@ -184,10 +186,12 @@ pub async fn probe_engine(engine: &EngineHandle, identity: Option<String>) -> En
         Ok(Ok(undecryptable)) => EngineProbe {
             lag: Some(started.elapsed()),
             undecryptable,
+            stats: engine.stats(),
         },
         _ => EngineProbe {
             lag: None,
             undecryptable: None,
+            stats: engine.stats(),
         },
     }
 }
@@ -223,9 +227,13 @@ pub fn status_word(ok: bool) -> &'static str {
 ///           "last_error": null | "…", "last_error_age_ms": null | 5000,
 ///           "token_rejected": false, "soft_logout": false},
 ///  "undecryptable_backlog": 0,
-///  "engine": {"keeps_up": true, "lag_ms": 1}}
+///  "engine": {"keeps_up": true, "lag_ms": 1,
+///             "inputs": 1234, "handle_us": 5600, "persist_us": 81000}}
 /// ```
 ///
+/// `inputs`, `handle_us` and `persist_us` are the whole server's engine counters
+/// since it started ([`crate::engine::EngineStats`]: inputs handled, microseconds in
+/// the model's transitions and in persistence).
 /// Ages are milliseconds before `now` (`null` when it never happened); `lag_ms`
 /// is `null` when the engine did not answer within [`ENGINE_TIMEOUT`];
 /// `undecryptable_backlog` is `null` then too.
@@ -257,6 +265,9 @@ pub fn identity_report(
         "engine": {
             "keeps_up": engine.keeps_up(),
             "lag_ms": engine.lag.map(millis),
+            "inputs": engine.stats.inputs,
+            "handle_us": engine.stats.handle_us,
+            "persist_us": engine.stats.persist_us,
         },
     })
 }
@@ -278,6 +289,11 @@ mod tests {
         EngineProbe {
             lag: lag_ms.map(Duration::from_millis),
             undecryptable: lag_ms.map(|_| 3),
+            stats: crate::engine::EngineStats {
+                inputs: 7,
+                handle_us: 70,
+                persist_us: 700,
+            },
         }
     }
 
@@ -320,7 +336,10 @@ mod tests {
         assert_eq!(sync["token_rejected"], false);
         assert_eq!(sync["soft_logout"], false);
         assert_eq!(value["undecryptable_backlog"], 3);
-        assert_eq!(value["engine"], json!({"keeps_up": true, "lag_ms": 4}));
+        assert_eq!(
+            value["engine"],
+            json!({"keeps_up": true, "lag_ms": 4, "inputs": 7, "handle_us": 70, "persist_us": 700})
+        );
         assert_eq!(
             report(true, Some(value.clone())),
             json!({"status": "ok", "identity": value})
@@ -361,7 +380,10 @@ mod tests {
         assert!(!all_ok([&snapshot], &stuck, now));
         let value = identity_report("bot", &snapshot, &stuck, now);
         assert_eq!(value["status"], "degraded");
-        assert_eq!(value["engine"], json!({"keeps_up": false, "lag_ms": null}));
+        assert_eq!(
+            value["engine"],
+            json!({"keeps_up": false, "lag_ms": null, "inputs": 7, "handle_us": 70, "persist_us": 700})
+        );
         assert_eq!(value["undecryptable_backlog"], Value::Null);
         // Slow but answering: reported, not degraded.
         let slow = engine(Some(1_500));
