@@ -37,6 +37,7 @@
 mod harness;
 
 mod client;
+mod curve;
 mod raw;
 
 use anyhow::{bail, Context};
@@ -49,8 +50,9 @@ use mc_bench::stats::{ratios, summary, Tally};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// How many rounds and messages each part runs.
@@ -66,6 +68,16 @@ struct Plan {
     prompt_rounds: usize,
     identities: usize,
     sessions: usize,
+    /// Delivery-log sizes of the cost curve, smallest (an empty log) first.
+    curve_sizes: &'static [usize],
+    /// Measured pushes per point of the cost curve (after `warmup` unmeasured ones).
+    curve_rounds: usize,
+    /// Measured pushes to the other identity in each stuck-client phase.
+    stuck_rounds: usize,
+    /// Large messages sent to the stuck identity's room before each phase's rounds.
+    stuck_prefill: usize,
+    /// At most this many large messages per phase, prefill included.
+    stuck_flood: usize,
 }
 
 impl Plan {
@@ -88,8 +100,13 @@ impl Plan {
                 burst: burst.unwrap_or(20),
                 prompt_warmup: 1,
                 prompt_rounds: 2,
-                identities: 2,
-                sessions: 4,
+                identities: 3,
+                sessions: 6,
+                curve_sizes: &[0, 200],
+                curve_rounds: 5,
+                stuck_rounds: 5,
+                stuck_prefill: 3,
+                stuck_flood: 10,
             }
         } else {
             Plan {
@@ -101,6 +118,11 @@ impl Plan {
                 prompt_rounds: 50,
                 identities: 10,
                 sessions: 100,
+                curve_sizes: &[0, 1_000, 10_000],
+                curve_rounds: 200,
+                stuck_rounds: 100,
+                stuck_prefill: 40,
+                stuck_flood: 300,
             }
         })
     }
@@ -141,7 +163,7 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
 
     let mut identity = Identity::new("bot", &bot, &[&ann.user_id]);
     identity.permission_room = Some(room.clone());
-    let server = Server::start(ServerConfig {
+    let mut server = Server::start(ServerConfig {
         identities: vec![identity],
         ..ServerConfig::default()
     })
@@ -161,30 +183,18 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
     let nonce = harness::random_suffix();
 
     // 1. Push latency, every message seen by both clients.
-    let mut channel_ms = Vec::new();
-    let mut raw_ms = Vec::new();
     // Pushes that were not the one awaited: copies or strays, none expected here.
     let mut strays = Vec::new();
-    for i in 0..plan.warmup + plan.push_rounds {
-        // The trailing dot: `push-N-1.` is not part of `push-N-10.`.
-        let marker = format!("push-{nonce}-{i}.");
-        ann.send_text(&room, &marker).await;
-        let sent = Instant::now();
-        let ours = wait_channel(&mut arrivals, Some(&mut strays), |a| {
-            a.method == "notifications/claude/channel" && content_has(a, &marker)
-        })
-        .await
-        .with_context(|| format!("the push of {marker}"))?;
-        let theirs = wait_raw(&mut raw.rx, |s| s.body == marker)
-            .await
-            .with_context(|| format!("the raw client's {marker}"))?;
-        if i >= plan.warmup {
-            channel_ms.push(ms_between(sent, ours.at));
-            raw_ms.push(ms_between(sent, theirs.at));
-        }
-        // Both long polls are re-armed before the next send.
-        tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30)).await;
-    }
+    let (channel_ms, raw_ms) = push_samples(
+        &format!("push-{nonce}"),
+        &ann,
+        &room,
+        (plan.warmup, plan.push_rounds),
+        &mut [&mut arrivals],
+        Some(&mut raw.rx),
+        Some(&mut strays),
+    )
+    .await?;
     eprintln!("bench: push latency done ({} samples)", channel_ms.len());
 
     // 2. The burst.
@@ -248,10 +258,56 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
     eprintln!("bench: prompt round trips done");
 
     drop(session);
+
+    // 5. The cost curve: the same pushes on a server started on a seeded delivery log.
+    let mut sizes = Vec::new();
+    for &entries in plan.curve_sizes {
+        server.kill9().await;
+        let json =
+            curve::seeded_state("bot", &bot.user_id, &room, &ann.user_id, entries, now_ms())?;
+        curve::seed(&server, &json)?;
+        server.restart().await;
+        let token = server.token("bot").to_owned();
+        let (session, mut arrivals) = clients.connect(&server.url("/channel"), &token).await?;
+        // Unmeasured: the attach and the first sync after the start.
+        push_samples(
+            &format!("curve{entries}w-{nonce}"),
+            &ann,
+            &room,
+            (plan.warmup, 0),
+            &mut [&mut arrivals],
+            Some(&mut raw.rx),
+            None,
+        )
+        .await?;
+        let before = curve::Meter::read(&server, &token).await?;
+        let (c, r) = push_samples(
+            &format!("curve{entries}-{nonce}"),
+            &ann,
+            &room,
+            (0, plan.curve_rounds),
+            &mut [&mut arrivals],
+            Some(&mut raw.rx),
+            None,
+        )
+        .await?;
+        let after = curve::Meter::read(&server, &token).await?;
+        let point = curve::point(entries, 1, &c, &r, after.since(&before));
+        eprintln!(
+            "bench: cost curve at {entries} log entries: p50 {:.1} ms (raw {:.1}), {:.0} bytes written and {:.0} µs in the engine per input",
+            point.channel.p50,
+            point.raw_sync.p50,
+            point.cost.write_bytes_per_input,
+            point.cost.handle_us_per_input + point.cost.persist_us_per_input
+        );
+        sizes.push(point);
+        drop(session);
+    }
     drop(server);
 
-    // 4b. Many identities and sessions.
-    let (many_kib, identities, sessions) = many(&plan, &clients).await?;
+    // 4b. Many identities and sessions (and the stuck client).
+    let many = many(&plan, &clients, &raw_user, &nonce).await?;
+    let (many_kib, identities, sessions) = (many.kib, many.identities, many.sessions);
     eprintln!("bench: {identities} identities and {sessions} sessions: {many_kib} KiB");
 
     let channel = summary(&channel_ms);
@@ -280,6 +336,12 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
             identities: identities as u64,
             sessions: sessions as u64,
             ratio: many_kib as f64 / idle_kib as f64,
+        }),
+        cost_curve: Some(mc_bench::CostCurve {
+            seeding: curve::SEEDING.to_owned(),
+            sizes,
+            identities: Some(many.point),
+            stuck_client: Some(many.stuck),
         }),
         wall_s: Some(started.elapsed().as_secs_f64()),
     };
@@ -556,12 +618,32 @@ fn index_after(text: &str, prefix: &str) -> Option<usize> {
     digits.parse().ok()
 }
 
-/// Resident memory with `plan.identities` identities and `plan.sessions` attached
-/// sessions spread over them: (KiB, identities, sessions).
-async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, usize, usize)> {
-    let owner = Human::register("bench_owner").await;
+/// What the phase with many identities measured.
+struct Many {
+    /// Resident memory with every session attached (KiB).
+    kib: u64,
+    identities: usize,
+    sessions: usize,
+    /// Push latency with every identity receiving each message.
+    point: mc_bench::CurvePoint,
+    stuck: mc_bench::StuckClient,
+}
+
+/// With `plan.identities` identities in one room: push latency with one session per
+/// identity, each receiving every message (against `raw_user`'s raw client); then
+/// the stuck client (identity 0's session stops reading while its own room gets large
+/// messages; identity 1's pushes in a room of its own are timed, against the same
+/// flood without the stuck session); then resident memory with `plan.sessions`
+/// attached sessions spread over the identities.
+async fn many(
+    plan: &Plan,
+    clients: &client::Clients,
+    raw_user: &Arc<Human>,
+    nonce: &str,
+) -> anyhow::Result<Many> {
+    let owner = Arc::new(Human::register("bench_owner").await);
     let mut identities = Vec::new();
-    for k in 0..plan.identities {
+    for k in 0..plan.identities.max(2) {
         let bot = register("bench_many").await;
         identities.push(Identity::new(&format!("bot{k}"), &bot, &[&owner.user_id]));
     }
@@ -569,7 +651,13 @@ async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, us
         .iter()
         .map(|i| i.account.user_id.as_str())
         .collect();
-    let room = owner.create_room(&bots).await;
+    let mut invited = bots.clone();
+    invited.push(&raw_user.user_id);
+    let room = owner.create_room(&invited).await;
+    raw_user.join(&room).await;
+    // The stuck identity's room, and the measured one's.
+    let stuck_room = owner.create_room(&[bots[0]]).await;
+    let free_room = owner.create_room(&[bots[1]]).await;
     let server = Server::start(ServerConfig {
         identities: identities.clone(),
         ..ServerConfig::default()
@@ -578,18 +666,173 @@ async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, us
     for bot in &bots {
         owner.wait_joined(&room, bot).await;
     }
+    owner.wait_joined(&stuck_room, bots[0]).await;
+    owner.wait_joined(&free_room, bots[1]).await;
+    let mut many_results = None;
     let mut sessions = Vec::new();
-    for s in 0..plan.sessions {
+    for s in 0..plan.sessions.max(identities.len()) {
         let identity = &identities[s % identities.len()].name;
         let (session, rx) = clients
             .connect(&server.url("/channel"), server.token(identity))
             .await
             .with_context(|| format!("session {s} of {identity}"))?;
         sessions.push((session, rx, false));
+        if s + 1 == identities.len() {
+            // One session per identity: shown attached, then the latency and the
+            // stuck client, before the other sessions connect.
+            attach_all(&owner, &room, "attached-first", &mut sessions).await?;
+            let token = server.token(&identities[0].name).to_owned();
+            let mut raw = raw::spawn(raw_user.clone(), room.clone()).await;
+            let before = curve::Meter::read(&server, &token).await?;
+            let mut rxs: Vec<_> = sessions.iter_mut().map(|(_, rx, _)| rx).collect();
+            let (c, r) = push_samples(
+                &format!("many-{nonce}"),
+                &owner,
+                &room,
+                (plan.warmup, plan.curve_rounds),
+                &mut rxs,
+                Some(&mut raw.rx),
+                None,
+            )
+            .await?;
+            let after = curve::Meter::read(&server, &token).await?;
+            drop(raw);
+            let point = curve::point(0, identities.len(), &c, &r, after.since(&before));
+            eprintln!(
+                "bench: {} identities receiving: p50 {:.1} ms (raw {:.1})",
+                identities.len(),
+                point.channel.p50,
+                point.raw_sync.p50
+            );
+            let free_rx = &mut sessions[1].1;
+            let phase = |stuck: bool| Flooded {
+                plan,
+                owner: &owner,
+                stuck_room: &stuck_room,
+                free_room: &free_room,
+                label: format!("{}-{nonce}", if stuck { "stuck" } else { "free" }),
+            };
+            let (without, sent_without) = phase(false).run(free_rx, None).await?;
+            let stuck = curve::StuckSession::open(&server, server.token(&identities[0].name))
+                .await
+                .context("the stuck client")?;
+            let (with, sent_with) = phase(true).run(free_rx, Some(stuck)).await?;
+            eprintln!(
+                "bench: stuck client: the other identity's p99 {:.1} ms without it, {:.1} ms with it ({sent_without} and {sent_with} large messages)",
+                summary(&without).p99,
+                summary(&with).p99
+            );
+            let (without, with) = (summary(&without), summary(&with));
+            many_results = Some((
+                point,
+                mc_bench::StuckClient {
+                    samples: plan.stuck_rounds as u64,
+                    large_messages: sent_with,
+                    large_message_bytes: LARGE_BYTES as u64,
+                    ratio: ratios(&with, &without),
+                    without,
+                    with,
+                },
+            ));
+        }
     }
-    // A session is attached once its GET stream is open, which rmcp does after
-    // `initialize`: a push reaches every attached session, so a message is sent until
-    // every session has had one (a session that attaches later gets no earlier push).
+    attach_all(&owner, &room, "attached", &mut sessions).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kib = rss_kib(server.pid().context("serve is running")?)?;
+    let sessions_n = sessions.len();
+    drop(sessions);
+    let (point, stuck) = many_results.context("the per-identity phase ran")?;
+    Ok(Many {
+        kib,
+        identities: identities.len(),
+        sessions: sessions_n,
+        point,
+        stuck,
+    })
+}
+
+/// The body size of the stuck identity's large messages (the default body cap is
+/// 16 KiB, so each push carries all of it).
+const LARGE_BYTES: usize = 16 * 1024 - 64;
+
+/// One phase of the stuck-client run: large messages to the stuck identity's room
+/// (a few first, then more during the rounds, at most `plan.stuck_flood`) while the
+/// other identity's pushes are timed.
+struct Flooded<'a> {
+    plan: &'a Plan,
+    owner: &'a Arc<Human>,
+    stuck_room: &'a str,
+    free_room: &'a str,
+    label: String,
+}
+
+impl Flooded<'_> {
+    /// The free identity's latencies (ms) and how many large messages were sent; the
+    /// stuck session (if any) is held open until the end, then dropped.
+    async fn run(
+        &self,
+        free_rx: &mut UnboundedReceiver<Arrival>,
+        stuck: Option<curve::StuckSession>,
+    ) -> anyhow::Result<(Vec<f64>, u64)> {
+        let big = |k: u64| {
+            let head = format!("{}-large-{k} ", self.label);
+            let fill = "x".repeat(LARGE_BYTES - head.len());
+            format!("{head}{fill}")
+        };
+        let sent = Arc::new(AtomicU64::new(0));
+        for _ in 0..self.plan.stuck_prefill {
+            let k = sent.fetch_add(1, Ordering::Relaxed);
+            self.owner.send_text(self.stuck_room, &big(k)).await;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flood = {
+            let (owner, room, sent, stop) = (
+                self.owner.clone(),
+                self.stuck_room.to_owned(),
+                sent.clone(),
+                stop.clone(),
+            );
+            let max = self.plan.stuck_flood as u64;
+            let bodies: Vec<String> = (0..max).map(big).collect();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let k = sent.load(Ordering::Relaxed);
+                    if k >= max {
+                        break;
+                    }
+                    owner.send_text(&room, &bodies[k as usize]).await;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let result = push_samples(
+            &self.label,
+            self.owner,
+            self.free_room,
+            (self.plan.warmup, self.plan.stuck_rounds),
+            &mut [free_rx],
+            None,
+            None,
+        )
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        flood.await.context("the flood's sender")?;
+        drop(stuck);
+        let (ms, _) = result?;
+        Ok((ms, sent.load(Ordering::Relaxed)))
+    }
+}
+
+/// Sends messages to `room` until every session not yet marked attached has had one
+/// (a session attaches once its GET stream is open, which rmcp does after
+/// `initialize`; a push reaches every attached session, and one that attaches later
+/// gets no earlier push).
+async fn attach_all(
+    owner: &Human,
+    room: &str,
+    label: &str,
+    sessions: &mut [(client::Session, UnboundedReceiver<Arrival>, bool)],
+) -> anyhow::Result<()> {
     for round in 0.. {
         if sessions.iter().all(|(_, _, attached)| *attached) {
             break;
@@ -601,8 +844,8 @@ async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, us
                 sessions.len()
             );
         }
-        let marker = format!("attached-{round}.");
-        owner.send_text(&room, &marker).await;
+        let marker = format!("{label}-{round}.");
+        owner.send_text(room, &marker).await;
         for (_, rx, attached) in sessions.iter_mut().filter(|(_, _, a)| !*a) {
             let got = tokio::time::timeout(Duration::from_secs(2), async {
                 while let Some(a) = rx.recv().await {
@@ -616,10 +859,59 @@ async fn many(plan: &Plan, clients: &client::Clients) -> anyhow::Result<(u64, us
             *attached = got.unwrap_or(false);
         }
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let kib = rss_kib(server.pid().context("serve is running")?)?;
-    drop(sessions);
-    Ok((kib, identities.len(), plan.sessions))
+    Ok(())
+}
+
+/// `warmup + rounds` messages from `sender` in `room`, one at a time, each awaited
+/// at every session of `sessions` and at the raw client (when given). Returns the
+/// latencies of the `rounds` measured ones (ms): through the sessions (one per
+/// message and session) and through the raw client. With `strays`, other pushes
+/// meanwhile are kept (copies or strays).
+async fn push_samples(
+    label: &str,
+    sender: &Human,
+    room: &str,
+    (warmup, rounds): (usize, usize),
+    sessions: &mut [&mut UnboundedReceiver<Arrival>],
+    mut raw: Option<&mut UnboundedReceiver<raw::Seen>>,
+    mut strays: Option<&mut Vec<String>>,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut channel_ms = Vec::new();
+    let mut raw_ms = Vec::new();
+    for i in 0..warmup + rounds {
+        // The trailing dot: `push-N-1.` is not part of `push-N-10.`.
+        let marker = format!("{label}-{i}.");
+        sender.send_text(room, &marker).await;
+        let sent = Instant::now();
+        for rx in sessions.iter_mut() {
+            let ours = wait_channel(rx, strays.as_deref_mut(), |a| {
+                a.method == "notifications/claude/channel" && content_has(a, &marker)
+            })
+            .await
+            .with_context(|| format!("the push of {marker}"))?;
+            if i >= warmup {
+                channel_ms.push(ms_between(sent, ours.at));
+            }
+        }
+        if let Some(raw) = raw.as_deref_mut() {
+            let theirs = wait_raw(raw, |s| s.body == marker)
+                .await
+                .with_context(|| format!("the raw client's {marker}"))?;
+            if i >= warmup {
+                raw_ms.push(ms_between(sent, theirs.at));
+            }
+        }
+        // The long polls are re-armed before the next send.
+        tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30)).await;
+    }
+    Ok((channel_ms, raw_ms))
+}
+
+/// The wall clock in Unix milliseconds (the server's clock for the model).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `VmRSS` of `/proc/PID/status`, in KiB.

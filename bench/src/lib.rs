@@ -43,7 +43,7 @@ mod table;
 
 pub use histogram::{histogram_svg, shared_bins, Bins, CHANNEL_COLOR, RAW_SYNC_COLOR};
 pub use readme::{replace_table, update_readme, MarkerError, END_MARKER, START_MARKER};
-pub use table::table;
+pub use table::{table, RESTART_PLACEHOLDER};
 
 /// The file name of the core benchmark's results in a results directory.
 pub const CORE_FILE: &str = "core.json";
@@ -91,7 +91,7 @@ impl Results {
         }
         match &self.channel {
             None => missing.push(format!(
-                "{CHANNEL_FILE} (machine, push latency, burst, prompt round trip, memory)"
+                "{CHANNEL_FILE} (machine, push latency, burst, prompt round trip, memory, cost curve)"
             )),
             Some(channel) => {
                 let sections = [
@@ -100,6 +100,7 @@ impl Results {
                     ("burst", channel.burst.is_none()),
                     ("prompt_round_trip", channel.prompt_round_trip.is_none()),
                     ("memory", channel.memory.is_none()),
+                    ("cost_curve", channel.cost_curve.is_none()),
                 ];
                 for (name, absent) in sections {
                     if absent {
@@ -187,6 +188,10 @@ pub struct Channel {
     pub prompt_round_trip: Option<PromptRoundTrip>,
     /// Resident memory of the server.
     pub memory: Option<Memory>,
+    /// What each input costs as the delivery log grows, with many identities, and
+    /// with a stuck client (absent in older files).
+    #[serde(default)]
+    pub cost_curve: Option<CostCurve>,
     /// Seconds the whole end-to-end run took (absent in older files).
     #[serde(default)]
     pub wall_s: Option<f64>,
@@ -341,6 +346,82 @@ pub struct Memory {
     /// `ten_identities_100_sessions_kib / idle_one_identity_kib`.
     #[serde(deserialize_with = "nullable")]
     pub ratio: f64,
+}
+
+/// `channel.json` `cost_curve`: push latency and the cost of each input as the
+/// delivery log grows, with several identities receiving each message, and with one
+/// session that stops reading its stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CostCurve {
+    /// How the delivery log was filled before each point (free text).
+    pub seeding: String,
+    /// One point per delivery-log size, smallest first; the first (an empty log) is
+    /// the baseline of the others.
+    pub sizes: Vec<CurvePoint>,
+    /// Several identities, one session each, all receiving every message.
+    pub identities: Option<CurvePoint>,
+    /// Another identity's push latency while one session stops reading.
+    pub stuck_client: Option<StuckClient>,
+}
+
+/// One point of the cost curve: push latency against the raw `/sync` client, and
+/// what each input cost the server, over the same measured phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// Delivery-log entries of the measured identity before the phase.
+    pub log_entries: u64,
+    /// Identities receiving each message.
+    pub identities: u64,
+    /// Latency samples (one per message and receiving identity).
+    pub samples: u64,
+    /// Through matrix-channel (ms).
+    pub channel: Summary,
+    /// Through the raw `/sync` client, the same messages (ms).
+    pub raw_sync: Summary,
+    /// `channel ÷ raw_sync` per percentile.
+    pub ratio: Ratios,
+    /// What the server spent per input over the phase.
+    pub cost: InputCost,
+}
+
+/// Deltas over one measured phase, per input the engine handled.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct InputCost {
+    /// Inputs the engine handled in the phase (`/health` `engine.inputs`).
+    pub inputs: u64,
+    /// `write_bytes` of `/proc/PID/io` (bytes the server made the kernel write to
+    /// disk) per input.
+    #[serde(deserialize_with = "nullable")]
+    pub write_bytes_per_input: f64,
+    /// `wchar` of `/proc/PID/io` (bytes passed to write calls, any file or socket)
+    /// per input.
+    #[serde(deserialize_with = "nullable")]
+    pub wchar_per_input: f64,
+    /// Microseconds in the model's transitions per input (`engine.handle_us`).
+    #[serde(deserialize_with = "nullable")]
+    pub handle_us_per_input: f64,
+    /// Microseconds making inputs or state durable per input (`engine.persist_us`).
+    #[serde(deserialize_with = "nullable")]
+    pub persist_us_per_input: f64,
+}
+
+/// `cost_curve.stuck_client`: one identity's push latency (ms) without and then with
+/// a session of another identity that opened its stream and never reads it while
+/// that identity's room receives large messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StuckClient {
+    /// Latency samples in each of the two phases.
+    pub samples: u64,
+    /// Large messages sent to the stuck session's room during the second phase.
+    pub large_messages: u64,
+    /// Bytes of each large message's body.
+    pub large_message_bytes: u64,
+    /// Without the stuck client (ms): the baseline.
+    pub without: Summary,
+    /// With the stuck client (ms).
+    pub with: Summary,
+    /// `with ÷ without` per percentile.
+    pub ratio: Ratios,
 }
 
 /// A number, or `null` for one the benchmark could not compute (read as NaN).

@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::{Channel, Core, Results, Summary, CHANNEL_FILE, CORE_FILE};
+use crate::{
+    Channel, Core, CostCurve, InputCost, Ratios, Results, Summary, CHANNEL_FILE, CORE_FILE,
+};
 
 /// Renders the report as Markdown, for `table.md` and the README:
 ///
@@ -49,6 +51,21 @@ pub fn table(results: &Results) -> String {
             cell(&row.baseline),
             cell(&row.ratio)
         );
+    }
+    if let Some(curve) = results.channel.as_ref().and_then(|c| c.cost_curve.as_ref()) {
+        out.push_str(
+            "\n| target (issue 13) | limit | measured | verdict |\n| --- | --- | --- | --- |\n",
+        );
+        for t in targets(curve) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                cell(&t.target),
+                cell(&t.limit),
+                cell(&t.measured),
+                cell(&t.verdict)
+            );
+        }
     }
     out.push('\n');
     for note in notes(results) {
@@ -193,6 +210,216 @@ fn channel_rows(channel: &Channel, rows: &mut Vec<Row>) {
             times(m.ratio),
         ));
     }
+    if let Some(curve) = &channel.cost_curve {
+        curve_rows(curve, rows);
+    }
+    // TODO(issue 13, item 4): the restart time from a journal of 100,000 inputs,
+    // once the journal exists; until then this row says so and shows no number.
+    rows.push(Row::new(RESTART_PLACEHOLDER, DASH, DASH, DASH));
+}
+
+/// The placeholder row of the restart measurement (issue 13, item 4).
+pub const RESTART_PLACEHOLDER: &str =
+    "restart from journal: not measured yet (a journal of 100,000 inputs; TODO)";
+
+fn ratio_triple(r: &Ratios) -> String {
+    format!("{} / {} / {}", times(r.p50), times(r.p90), times(r.p99))
+}
+
+fn curve_rows(curve: &CostCurve, rows: &mut Vec<Row>) {
+    for (i, p) in curve.sizes.iter().enumerate() {
+        let what = if i == 0 {
+            " (ms; baseline: a raw /sync client)"
+        } else {
+            " (ms)"
+        };
+        rows.push(Row::new(
+            format!(
+                "push p50 / p90 / p99 with {} delivery-log entries{what}",
+                count(p.log_entries)
+            ),
+            triple(&p.channel),
+            triple(&p.raw_sync),
+            ratio_triple(&p.ratio),
+        ));
+    }
+    if let Some(p) = &curve.identities {
+        rows.push(Row::new(
+            format!(
+                "push p50 / p90 / p99 with {} identities receiving each message (ms; {} samples)",
+                count(p.identities),
+                count(p.samples)
+            ),
+            triple(&p.channel),
+            triple(&p.raw_sync),
+            ratio_triple(&p.ratio),
+        ));
+    }
+    let empty = curve.sizes.first().map(|p| p.cost);
+    let points = curve
+        .sizes
+        .iter()
+        .map(|p| (format!("with {} log entries", count(p.log_entries)), p.cost));
+    let many = curve
+        .identities
+        .iter()
+        .map(|p| (format!("with {} identities", count(p.identities)), p.cost));
+    let points: Vec<(String, InputCost)> = points.chain(many).collect();
+    for (what, cost) in &points {
+        let base = empty.map_or(f64::NAN, |e| e.write_bytes_per_input);
+        rows.push(Row::new(
+            format!(
+                "disk written per input {what} (write_bytes / wchar; {} inputs; baseline: the empty log)",
+                count(cost.inputs)
+            ),
+            format!(
+                "{} / {}",
+                bytes(cost.write_bytes_per_input),
+                bytes(cost.wchar_per_input)
+            ),
+            empty.map_or(DASH.to_owned(), |e| {
+                format!(
+                    "{} / {}",
+                    bytes(e.write_bytes_per_input),
+                    bytes(e.wchar_per_input)
+                )
+            }),
+            times(cost.write_bytes_per_input / base),
+        ));
+    }
+    for (what, cost) in &points {
+        let total = |c: &InputCost| c.handle_us_per_input + c.persist_us_per_input;
+        rows.push(Row::new(
+            format!(
+                "engine time per input {what} (µs: model / persistence; baseline: the empty log)"
+            ),
+            format!(
+                "{} / {}",
+                us(cost.handle_us_per_input),
+                us(cost.persist_us_per_input)
+            ),
+            empty.map_or(DASH.to_owned(), |e| {
+                format!(
+                    "{} / {}",
+                    us(e.handle_us_per_input),
+                    us(e.persist_us_per_input)
+                )
+            }),
+            times(total(cost) / empty.as_ref().map_or(f64::NAN, total)),
+        ));
+    }
+    if let Some(s) = &curve.stuck_client {
+        rows.push(Row::new(
+            format!(
+                "stuck client: another identity's push p50 / p90 / p99 (ms; {} samples, {} messages of {} to the stuck one; baseline: without it)",
+                count(s.samples),
+                count(s.large_messages),
+                bytes(s.large_message_bytes as f64)
+            ),
+            triple(&s.with),
+            triple(&s.without),
+            ratio_triple(&s.ratio),
+        ));
+    }
+}
+
+/// One line of the targets table.
+struct Target {
+    target: String,
+    limit: String,
+    measured: String,
+    verdict: String,
+}
+
+/// `met`, or the gap: how far `measured` is over `limit` in `unit`.
+fn verdict(measured: f64, limit: f64, show: impl Fn(f64) -> String) -> String {
+    if !measured.is_finite() {
+        "not measured".to_owned()
+    } else if measured <= limit {
+        "met".to_owned()
+    } else {
+        format!("gap: {} over", show(measured - limit))
+    }
+}
+
+/// The targets of issue 13 item 4, each judged on this run's numbers (never
+/// asserted: a table, not a test).
+fn targets(curve: &CostCurve) -> Vec<Target> {
+    let mut out = Vec::new();
+    let ratio = |x: f64| format!("{}×", times(x));
+    if let (Some(empty), Some(largest)) = (curve.sizes.first(), curve.sizes.last()) {
+        for (name, ours, base) in [
+            ("p50", largest.channel.p50, empty.channel.p50),
+            ("p99", largest.channel.p99, empty.channel.p99),
+        ] {
+            let r = ours / base;
+            out.push(Target {
+                target: format!(
+                    "push {name} with {} log entries ÷ with an empty log",
+                    count(largest.log_entries)
+                ),
+                limit: "≤ 1.10×".to_owned(),
+                measured: ratio(r),
+                verdict: verdict(r, 1.10, ratio),
+            });
+        }
+        for (name, r, limit) in [("p50", empty.ratio.p50, 1.3), ("p99", empty.ratio.p99, 1.5)] {
+            out.push(Target {
+                target: format!("push {name} ÷ raw /sync {name} (empty log)"),
+                limit: format!("≤ {}", ratio(limit)),
+                measured: ratio(r),
+                verdict: verdict(r, limit, ratio),
+            });
+        }
+        // The worst point of the curve decides.
+        let worst = curve
+            .sizes
+            .iter()
+            .chain(curve.identities.iter())
+            .max_by(|a, b| {
+                a.cost
+                    .write_bytes_per_input
+                    .total_cmp(&b.cost.write_bytes_per_input)
+            })
+            .expect("sizes is not empty");
+        let where_ = if worst.identities > 1 {
+            format!("{} identities", count(worst.identities))
+        } else {
+            format!("{} log entries", count(worst.log_entries))
+        };
+        let b = worst.cost.write_bytes_per_input;
+        out.push(Target {
+            target: "disk written per input (write_bytes, the worst point)".to_owned(),
+            limit: "< 4 KiB".to_owned(),
+            measured: format!("{} (with {where_})", bytes(b)),
+            verdict: if b < 4096.0 {
+                "met".to_owned()
+            } else {
+                verdict(b, 4096.0, bytes)
+            },
+        });
+    }
+    if let Some(s) = &curve.stuck_client {
+        let added = s.with.p99 - s.without.p99;
+        let show = |x: f64| format!("{} ms", ms(x));
+        out.push(Target {
+            target: "added by a stuck client to another identity's push p99".to_owned(),
+            limit: "< 5 ms".to_owned(),
+            measured: show(added),
+            verdict: if added < 5.0 {
+                "met".to_owned()
+            } else {
+                verdict(added, 5.0, show)
+            },
+        });
+    }
+    out.push(Target {
+        target: "restart from a journal of 100,000 inputs".to_owned(),
+        limit: "—".to_owned(),
+        measured: "not measured yet".to_owned(),
+        verdict: "TODO (the journal is being built)".to_owned(),
+    });
+    out
 }
 
 fn core_rows(core: &Core, rows: &mut Vec<Row>) {
@@ -296,6 +523,24 @@ fn times(x: f64) -> String {
     or_dash(x, |x| format!("{x:.2}"))
 }
 
+/// Bytes: whole below 1 KiB, else KiB or MiB to one decimal.
+fn bytes(x: f64) -> String {
+    or_dash(x, |x| {
+        if x < 1024.0 {
+            format!("{x:.0} B")
+        } else if x < 1024.0 * 1024.0 {
+            format!("{:.1} KiB", x / 1024.0)
+        } else {
+            format!("{:.1} MiB", x / (1024.0 * 1024.0))
+        }
+    })
+}
+
+/// Microseconds to one decimal.
+fn us(x: f64) -> String {
+    or_dash(x, |x| format!("{x:.1}"))
+}
+
 fn mib(kib: f64) -> String {
     or_dash(kib, |kib| format!("{:.1}", kib / 1024.0))
 }
@@ -390,7 +635,7 @@ mod tests {
 
     #[test]
     fn numbers_the_benchmark_could_not_compute_show_as_a_dash() {
-        for f in [ms, secs, secs1, times, mib, ns, rate] {
+        for f in [ms, secs, secs1, times, mib, ns, rate, bytes, us] {
             assert_eq!(f(f64::NAN), "—");
             assert_eq!(f(f64::INFINITY), "—");
         }
@@ -400,6 +645,21 @@ mod tests {
     #[test]
     fn a_pipe_in_a_cell_is_escaped() {
         assert_eq!(cell("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn bytes_are_whole_below_a_kib_then_kib_or_mib() {
+        assert_eq!(bytes(812.4), "812 B");
+        assert_eq!(bytes(4096.0), "4.0 KiB");
+        assert_eq!(bytes(1.5 * 1024.0 * 1024.0), "1.5 MiB");
+    }
+
+    #[test]
+    fn a_verdict_is_met_at_the_limit_and_a_gap_above_it() {
+        let show = |x: f64| format!("{x:.1}");
+        assert_eq!(verdict(1.1, 1.1, show), "met");
+        assert_eq!(verdict(1.4, 1.1, show), "gap: 0.3 over");
+        assert_eq!(verdict(f64::NAN, 1.1, show), "not measured");
     }
 
     #[test]

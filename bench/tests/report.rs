@@ -11,7 +11,7 @@ use std::process::Command;
 
 use mc_bench::{
     histogram_svg, load, shared_bins, table, write_report, Error, Results, CHANNEL_FILE, CORE_FILE,
-    RESULTS_FILE, SVG_FILE, TABLE_FILE,
+    RESTART_PLACEHOLDER, RESULTS_FILE, SVG_FILE, TABLE_FILE,
 };
 
 fn data() -> PathBuf {
@@ -139,6 +139,86 @@ fn a_section_missing_from_channel_json_is_named() {
         t.contains("**Missing** (a partial run): memory (in channel.json)."),
         "{t}"
     );
+}
+
+#[test]
+fn the_cost_curve_shows_each_size_against_the_raw_client_and_the_cost_per_input() {
+    let t = table(&sample());
+    for row in [
+        "| push p50 / p90 / p99 with 0 delivery-log entries (ms; baseline: a raw /sync client) | 12.0 / 14.0 / 16.0 | 10.0 / 11.0 / 12.8 | 1.20 / 1.27 / 1.25 |",
+        "| push p50 / p90 / p99 with 10,000 delivery-log entries (ms) | 14.4 / 17.0 / 20.0 | 10.0 / 11.0 / 12.9 | 1.44 / 1.55 / 1.55 |",
+        "| push p50 / p90 / p99 with 10 identities receiving each message (ms; 2,000 samples) | 20.0 / 25.0 / 30.0 | 10.0 / 11.0 / 12.0 | 2.00 / 2.27 / 2.50 |",
+        "| disk written per input with 10,000 log entries (write_bytes / wchar; 600 inputs; baseline: the empty log) | 1.4 MiB / 1.5 MiB | 2.0 KiB / 2.9 KiB | 732.42 |",
+        "| engine time per input with 1,000 log entries (µs: model / persistence; baseline: the empty log) | 9.0 / 900.0 | 8.0 / 120.0 | 7.10 |",
+        "| stuck client: another identity's push p50 / p90 / p99 (ms; 100 samples, 300 messages of 15.9 KiB to the stuck one; baseline: without it) | 12.5 / 15.0 / 19.5 | 12.0 / 14.0 / 16.0 | 1.04 / 1.07 / 1.22 |",
+    ] {
+        assert!(t.contains(row), "no row {row:?} in\n{t}");
+    }
+}
+
+#[test]
+fn each_target_is_judged_met_or_a_gap_from_the_numbers_of_the_run() {
+    let t = table(&sample());
+    for row in [
+        "| push p50 with 10,000 log entries ÷ with an empty log | ≤ 1.10× | 1.20× | gap: 0.10× over |",
+        "| push p99 with 10,000 log entries ÷ with an empty log | ≤ 1.10× | 1.25× | gap: 0.15× over |",
+        "| push p50 ÷ raw /sync p50 (empty log) | ≤ 1.30× | 1.20× | met |",
+        "| push p99 ÷ raw /sync p99 (empty log) | ≤ 1.50× | 1.25× | met |",
+        "| disk written per input (write_bytes, the worst point) | < 4 KiB | 1.4 MiB (with 10,000 log entries) | gap: 1.4 MiB over |",
+        "| added by a stuck client to another identity's push p99 | < 5 ms | 3.5 ms | met |",
+    ] {
+        assert!(t.contains(row), "no target {row:?} in\n{t}");
+    }
+    // The same targets flip with the numbers.
+    let dir = edited_channel("targets_flip", |v| {
+        let curve = &mut v["cost_curve"];
+        curve["sizes"][2]["channel"]["p50"] = 12.6.into();
+        curve["sizes"][0]["ratio"]["p99"] = 1.6.into();
+        curve["stuck_client"]["with"]["p99"] = 30.0.into();
+        for size in curve["sizes"].as_array_mut().unwrap() {
+            size["cost"]["write_bytes_per_input"] = 900.0.into();
+        }
+        curve["identities"]["cost"]["write_bytes_per_input"] = 4095.0.into();
+    });
+    let t = table(&load(&dir).unwrap());
+    for row in [
+        "| push p50 with 10,000 log entries ÷ with an empty log | ≤ 1.10× | 1.05× | met |",
+        "| push p99 ÷ raw /sync p99 (empty log) | ≤ 1.50× | 1.60× | gap: 0.10× over |",
+        "| disk written per input (write_bytes, the worst point) | < 4 KiB | 4.0 KiB (with 10 identities) | met |",
+        "| added by a stuck client to another identity's push p99 | < 5 ms | 14.0 ms | gap: 9.0 ms over |",
+    ] {
+        assert!(t.contains(row), "no target {row:?} in\n{t}");
+    }
+}
+
+#[test]
+fn the_restart_from_a_journal_is_a_placeholder_without_a_number() {
+    let t = table(&sample());
+    assert!(
+        t.contains(&format!("| {RESTART_PLACEHOLDER} | — | — | — |")),
+        "{t}"
+    );
+    assert!(t.contains("restart from journal: not measured yet"), "{t}");
+    assert!(
+        t.contains("| restart from a journal of 100,000 inputs | — | not measured yet |"),
+        "{t}"
+    );
+}
+
+#[test]
+fn without_a_cost_curve_it_is_named_missing_and_no_target_is_judged() {
+    let dir = edited_channel("no_curve", |v| {
+        v.as_object_mut().unwrap().remove("cost_curve");
+    });
+    let results = load(&dir).unwrap();
+    assert_eq!(
+        results.missing(),
+        vec!["cost_curve (in channel.json)".to_owned()]
+    );
+    let t = table(&results);
+    assert!(!t.contains("| push p50 / p90 / p99 with"), "{t}");
+    assert!(!t.contains("| target (issue 13)"), "{t}");
+    assert!(t.contains("restart from journal: not measured yet"), "{t}");
 }
 
 #[test]

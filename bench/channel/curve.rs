@@ -1,0 +1,321 @@
+//! The cost curve (issue 13, item 4): what a push costs as the delivery log grows.
+//!
+//! - **Seeding**: the state of a delivery log of N entries is built with the model's
+//!   own inputs ([`seeded_state`]: the identity joins the bench's room, a session
+//!   attaches, the human's N messages arrive, each push is reported `Sent`, the session
+//!   detaches), serialized, and written into the stopped server's store with
+//!   `Store::save_model` (replace the saved state); the server then starts on it. The
+//!   identity name, the bot's user id, the room and the sender are the bench's real
+//!   ones, so the log is really that identity's.
+//! - **Cost per input** ([`Meter`]): `/health` with the identity's token gives the
+//!   engine's counters (`identity.engine.{inputs, handle_us, persist_us}`), and
+//!   `/proc/PID/io` the server's `write_bytes` and `wchar`; both are read before and
+//!   after a measured phase and the deltas divided by the inputs handled.
+//! - **A stuck client** ([`StuckSession`]): an MCP session initialized over plain HTTP
+//!   whose GET stream is opened on a socket with a small receive buffer and never read.
+
+use crate::harness::server::Server;
+use anyhow::{bail, Context};
+use mc_bench::stats::{ratios, summary};
+use mc_model::{
+    Channel, Effect, EventId, IdentityConfig, IdentityId, Input, Membership, Message,
+    MessageContent, MsgType, Outcome, RoomId, SessionId, UserId,
+};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use tokio::io::AsyncWriteExt;
+
+/// How the log is seeded, for the results file and the README.
+pub const SEEDING: &str = "built with the model's own inputs (a session attaches, the human's \
+     messages arrive and each push is reported Sent, the session detaches), written into the \
+     stopped server's store with Store::save_model, then the server is started on it";
+
+/// The session id the seeding's pushes went to (never a real MCP session).
+const SEED_SESSION: &str = "bench-seed-session";
+
+/// The model state of `identity` (the bot `bot`) having joined `room` and pushed
+/// `entries` text messages from `sender` to a session that has since detached: a
+/// delivery log of `entries` entries, the newest `entries` milliseconds before
+/// `now_ms`. JSON, as the server saves it.
+pub fn seeded_state(
+    identity: &str,
+    bot: &str,
+    room: &str,
+    sender: &str,
+    entries: usize,
+    now_ms: u64,
+) -> anyhow::Result<String> {
+    let id = IdentityId(identity.to_owned());
+    let mut channel = Channel::new();
+    channel
+        .add_identity(
+            id.clone(),
+            IdentityConfig::new(UserId(bot.to_owned()), [UserId(sender.to_owned())]),
+        )
+        .map_err(|e| anyhow::anyhow!("the seeding identity's config: {e}"))?;
+    let start = now_ms.saturating_sub(entries as u64 + 1_000);
+    let handle = |channel: &mut Channel, now: u64, input: Input| -> anyhow::Result<()> {
+        let mut pending = vec![input];
+        while let Some(input) = pending.pop() {
+            for effect in channel.handle(now, input) {
+                match effect {
+                    Effect::Push { id, .. } => pending.push(Input::Completed {
+                        id,
+                        outcome: Outcome::Sent,
+                    }),
+                    Effect::Dropped { reason, .. } => {
+                        bail!("seeding: the model dropped an input ({reason:?})")
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    };
+    handle(
+        &mut channel,
+        start,
+        Input::Membership {
+            identity: id.clone(),
+            room: RoomId(room.to_owned()),
+            event_id: None,
+            user: UserId(bot.to_owned()),
+            membership: Membership::Joined,
+        },
+    )?;
+    handle(
+        &mut channel,
+        start,
+        Input::Attach {
+            identity: id.clone(),
+            session: SessionId(SEED_SESSION.to_owned()),
+        },
+    )?;
+    for i in 0..entries {
+        let now = start + i as u64;
+        let message = Message {
+            room: RoomId(room.to_owned()),
+            event_id: EventId(format!("$bench-seed-{entries}-{i}")),
+            sender: UserId(sender.to_owned()),
+            sender_name: Some("Ann".to_owned()),
+            origin_server_ts: now,
+            content: Some(MessageContent {
+                msgtype: MsgType::Text,
+                body: format!(
+                    "seeded message {i}: can you run the tests for the parser module and tell me what fails?"
+                ),
+                formatted_body: None,
+                relation: None,
+                attachment: None,
+            }),
+            device: mc_model::DeviceTrust::PlaintextRoom,
+        };
+        handle(
+            &mut channel,
+            now,
+            Input::Message {
+                identity: id.clone(),
+                message,
+            },
+        )?;
+    }
+    handle(
+        &mut channel,
+        start + entries as u64,
+        Input::Detach {
+            identity: id.clone(),
+            session: SessionId(SEED_SESSION.to_owned()),
+        },
+    )?;
+    let state = channel.identity(&id).context("the seeded identity")?;
+    for i in [0, entries.saturating_sub(1)]
+        .into_iter()
+        .filter(|_| entries > 0)
+    {
+        let event = EventId(format!("$bench-seed-{entries}-{i}"));
+        if state.log_entry(&event).is_none() {
+            bail!("seeding: message {i} of {entries} is not in the delivery log");
+        }
+    }
+    if !state.queue().is_empty() {
+        bail!("seeding: {} pushes are still queued", state.queue().len());
+    }
+    Ok(serde_json::to_string(&channel)?)
+}
+
+/// The store directory of `server` (the harness writes `store_dir = "store"` next to
+/// the config file).
+pub fn store_dir(server: &Server) -> PathBuf {
+    server
+        .config_path()
+        .parent()
+        .expect("the config file is in a directory")
+        .join("store")
+}
+
+/// Replaces the saved model state of the stopped `server` with `json`.
+pub fn seed(server: &Server, json: &str) -> anyhow::Result<()> {
+    let dir = store_dir(server);
+    // serve is stopped: the lock is free (it also keeps a second serve out meanwhile).
+    let _lock = mc_server::store::StoreLock::acquire(&dir, "bench seeding")?;
+    let store = mc_server::store::Store::open(&dir)?;
+    store.save_model(json)?;
+    Ok(())
+}
+
+/// The server's counters at one moment.
+#[derive(Clone, Copy, Debug)]
+pub struct Meter {
+    inputs: u64,
+    handle_us: u64,
+    persist_us: u64,
+    write_bytes: u64,
+    wchar: u64,
+}
+
+impl Meter {
+    /// Reads `/health` (with `token`, so the identity's engine counters are shown) and
+    /// `/proc/PID/io` of the serving process.
+    pub async fn read(server: &Server, token: &str) -> anyhow::Result<Meter> {
+        let health: Value = reqwest::Client::new()
+            .get(server.url("/health"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .context("GET /health")?
+            .json()
+            .await
+            .context("/health's JSON")?;
+        let engine = &health["identity"]["engine"];
+        let field = |name: &str| {
+            engine[name]
+                .as_u64()
+                .with_context(|| format!("/health has no identity.engine.{name}: {health}"))
+        };
+        let pid = server.pid().context("serve is running")?;
+        let path = format!("/proc/{pid}/io");
+        let io = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let io_field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .with_context(|| format!("no {name} in {path}"))
+        };
+        Ok(Meter {
+            inputs: field("inputs")?,
+            handle_us: field("handle_us")?,
+            persist_us: field("persist_us")?,
+            write_bytes: io_field("write_bytes")?,
+            wchar: io_field("wchar")?,
+        })
+    }
+
+    /// What happened from `before` to `self`, per input.
+    pub fn since(&self, before: &Meter) -> mc_bench::InputCost {
+        let inputs = self.inputs.saturating_sub(before.inputs);
+        let per = |after: u64, before: u64| after.saturating_sub(before) as f64 / inputs as f64;
+        mc_bench::InputCost {
+            inputs,
+            write_bytes_per_input: per(self.write_bytes, before.write_bytes),
+            wchar_per_input: per(self.wchar, before.wchar),
+            handle_us_per_input: per(self.handle_us, before.handle_us),
+            persist_us_per_input: per(self.persist_us, before.persist_us),
+        }
+    }
+}
+
+/// One point of the curve from its samples and cost.
+pub fn point(
+    log_entries: usize,
+    identities: usize,
+    channel_ms: &[f64],
+    raw_ms: &[f64],
+    cost: mc_bench::InputCost,
+) -> mc_bench::CurvePoint {
+    let channel = summary(channel_ms);
+    let raw_sync = summary(raw_ms);
+    mc_bench::CurvePoint {
+        log_entries: log_entries as u64,
+        identities: identities as u64,
+        samples: channel_ms.len() as u64,
+        ratio: ratios(&channel, &raw_sync),
+        channel,
+        raw_sync,
+        cost,
+    }
+}
+
+/// An MCP session whose GET stream is open and never read.
+pub struct StuckSession {
+    _stream: tokio::net::TcpStream,
+}
+
+/// The receive buffer of the stuck stream's socket (the kernel may round it up).
+const STUCK_RCVBUF: u32 = 4096;
+
+impl StuckSession {
+    /// Initializes a session on `server`'s `/channel` with `token` (plain HTTP, as the
+    /// Streamable HTTP transport defines it), then opens its GET event stream on a
+    /// socket with a small receive buffer, sends the request and never reads.
+    pub async fn open(server: &Server, token: &str) -> anyhow::Result<StuckSession> {
+        let http = reqwest::Client::new();
+        let url = server.url("/channel");
+        let init = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "bench-stuck-client", "version": "0"},
+            },
+        });
+        let resp = http
+            .post(&url)
+            .bearer_auth(token)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .context("the stuck client's initialize")?;
+        if !resp.status().is_success() {
+            bail!("the stuck client's initialize: {}", resp.status());
+        }
+        let session = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .context("no Mcp-Session-Id in the initialize answer")?
+            .to_owned();
+        let body = resp.text().await?;
+        let version = body
+            .split("\"protocolVersion\":\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or("2025-06-18")
+            .to_owned();
+        let resp = http
+            .post(&url)
+            .bearer_auth(token)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", &session)
+            .header("MCP-Protocol-Version", &version)
+            .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .context("the stuck client's initialized")?;
+        if !resp.status().is_success() {
+            bail!("the stuck client's initialized: {}", resp.status());
+        }
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_recv_buffer_size(STUCK_RCVBUF)?;
+        let addr = server.addr();
+        let mut stream = socket.connect(addr).await?;
+        let request = format!(
+            "GET /channel HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Accept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+             MCP-Protocol-Version: {version}\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await?;
+        stream.flush().await?;
+        Ok(StuckSession { _stream: stream })
+    }
+}
