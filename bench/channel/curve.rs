@@ -23,7 +23,7 @@ use mc_model::{
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How the log is seeded, for the results file and the README.
 pub const SEEDING: &str = "built with the model's own inputs (a session attaches, the human's \
@@ -224,6 +224,18 @@ impl Meter {
     }
 }
 
+/// The engine's warning when a push to a session did not finish in time
+/// (`NOTIFY_TIMEOUT` in `impl/src/engine.rs`).
+const NOTIFY_TIMEOUT_LOG: &str = "writing to the session took over";
+
+/// How many times the server's log says a push to a session timed out so far.
+pub fn notify_timeouts(server: &Server) -> u64 {
+    server
+        .log_tail(usize::MAX)
+        .matches(NOTIFY_TIMEOUT_LOG)
+        .count() as u64
+}
+
 /// One point of the curve from its samples and cost.
 pub fn point(
     log_entries: usize,
@@ -316,6 +328,25 @@ impl StuckSession {
         );
         stream.write_all(request.as_bytes()).await?;
         stream.flush().await?;
+        // The answer's head only (it says whether the stream was opened); then never
+        // another byte.
+        let mut head = Vec::new();
+        let mut chunk = [0u8; 512];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+            let n =
+                tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut chunk))
+                    .await
+                    .context("the stuck client's GET: no answer within 10 s")??;
+            if n == 0 {
+                bail!("the stuck client's GET: the server closed the connection");
+            }
+            head.extend_from_slice(&chunk[..n]);
+        }
+        let head = String::from_utf8_lossy(&head);
+        let status = head.lines().next().unwrap_or_default();
+        if !status.contains(" 200") || !head.to_ascii_lowercase().contains("text/event-stream") {
+            bail!("the stuck client's GET was not an event stream: {head}");
+        }
         Ok(StuckSession { _stream: stream })
     }
 }

@@ -23,6 +23,19 @@
 //!    3 unmeasured ones.
 //! 4. **Memory** (KiB, `VmRSS` of `/proc/PID/status`): idle with one identity, and with
 //!    10 identities and 100 sessions, each shown attached by a push it received.
+//! 5. **The cost curve** (`curve.rs`, `channel.json` `cost_curve`): the push latency of
+//!    part 1 (against the raw client) again on a server restarted on a delivery log of
+//!    0, 1,000 and 10,000 entries (quick: 0 and 200), seeded with the model's own inputs
+//!    and written with `Store::save_model` while the server is stopped; and with 10
+//!    identities (quick: 3), one session each, all receiving every message. For each,
+//!    the bytes written per input (`write_bytes` and `wchar` of `/proc/PID/io`) and the
+//!    engine's microseconds per input (`/health`'s `engine` counters), as deltas over
+//!    the measured pushes.
+//! 6. **A stuck client**: identity 1's push latency in a room of its own while
+//!    identity 0's room receives large messages (16 KiB bodies, a few before and more
+//!    during the rounds), first with identity 0's ordinary session only (the
+//!    baseline), then with a second session of identity 0 whose GET stream is opened
+//!    on a socket with a 4 KiB receive buffer and never read.
 //!
 //! Writes `$MC_BENCH_OUT/channel.json` (default `target/bench/` in the repository; the
 //! schema is `mc_bench::Channel`). `MC_BENCH_QUICK=1` runs a few rounds of each,
@@ -121,8 +134,8 @@ impl Plan {
                 curve_sizes: &[0, 1_000, 10_000],
                 curve_rounds: 200,
                 stuck_rounds: 100,
-                stuck_prefill: 40,
-                stuck_flood: 300,
+                stuck_prefill: 150,
+                stuck_flood: 600,
             }
         })
     }
@@ -712,11 +725,14 @@ async fn many(
                 free_room: &free_room,
                 label: format!("{}-{nonce}", if stuck { "stuck" } else { "free" }),
             };
+            let timeouts_before = curve::notify_timeouts(&server);
             let (without, sent_without) = phase(false).run(free_rx, None).await?;
+            let timeouts_between = curve::notify_timeouts(&server);
             let stuck = curve::StuckSession::open(&server, server.token(&identities[0].name))
                 .await
                 .context("the stuck client")?;
             let (with, sent_with) = phase(true).run(free_rx, Some(stuck)).await?;
+            let timeouts_after = curve::notify_timeouts(&server);
             eprintln!(
                 "bench: stuck client: the other identity's p99 {:.1} ms without it, {:.1} ms with it ({sent_without} and {sent_with} large messages)",
                 summary(&without).p99,
@@ -729,6 +745,8 @@ async fn many(
                     samples: plan.stuck_rounds as u64,
                     large_messages: sent_with,
                     large_message_bytes: LARGE_BYTES as u64,
+                    notify_timeouts_without: timeouts_between - timeouts_before,
+                    notify_timeouts_with: timeouts_after - timeouts_between,
                     ratio: ratios(&with, &without),
                     without,
                     with,

@@ -416,6 +416,13 @@ pub struct StuckClient {
     pub large_messages: u64,
     /// Bytes of each large message's body.
     pub large_message_bytes: u64,
+    /// Pushes the server gave up on after its timeout (its log's "writing to the
+    /// session took over"), in the phase without the stuck client (0 when absent).
+    #[serde(default)]
+    pub notify_timeouts_without: u64,
+    /// The same, in the phase with it.
+    #[serde(default)]
+    pub notify_timeouts_with: u64,
     /// Without the stuck client (ms): the baseline.
     pub without: Summary,
     /// With the stuck client (ms).
