@@ -11,6 +11,7 @@
 //! with a live tail. Sessions are not bound to tokens by rmcp: the middleware does it.
 
 use crate::engine::EngineHandle;
+use crate::shutdown::Stop;
 use crate::store::Store;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -182,14 +183,24 @@ pub struct AuthState {
     /// How often a streaming response rechecks its request's token (see
     /// [`authenticate`]).
     pub recheck: Duration,
+    /// The shutdown switch: once set, new requests are refused and event streams end.
+    pub stop: Stop,
 }
 
 impl AuthState {
+    /// Rechecks tokens every [`TOKEN_RECHECK`]; a switch of its own that nothing sets
+    /// (see [`AuthState::with_stop`]).
     pub fn new(store: Store) -> Self {
         AuthState {
             store,
             recheck: TOKEN_RECHECK,
+            stop: Stop::new(),
         }
+    }
+
+    /// The same, stopping with `stop` (`serve`'s, set by the first SIGTERM or SIGINT).
+    pub fn with_stop(self, stop: Stop) -> Self {
+        AuthState { stop, ..self }
     }
 }
 
@@ -206,11 +217,21 @@ pub const TOKEN_RECHECK: Duration = Duration::from_secs(2);
 /// stream, which lives as long as the client stays) ends within
 /// [`AuthState::recheck`] of its token being revoked: otherwise a revoked client
 /// would keep receiving every push on a stream it opened before.
+///
+/// Shutdown ([`AuthState::stop`]): once the switch is set, every request is answered
+/// `503` (`shutting down`), and every event stream (the SSE response to a GET, which
+/// lives as long as its client) ends, so that axum's graceful shutdown does not wait
+/// for clients to leave. The SSE answer to a POST (a tool call in flight) is left to
+/// finish. Every request is recorded in the switch's registry until its response is
+/// done, so a shutdown cut by its deadline names what was open.
 pub async fn authenticate(
     State(state): State<AuthState>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    if state.stop.is_stopping() {
+        return shutting_down();
+    }
     let Some(token) = bearer_token(req.headers()) else {
         return unauthorized("missing bearer token: send `Authorization: Bearer <token>`");
     };
@@ -247,6 +268,16 @@ pub async fn authenticate(
     req.extensions_mut().insert(Caller {
         identity: identity.clone(),
     });
+    let event_stream = req.method() == axum::http::Method::GET;
+    let guard = state.stop.open(format!(
+        "{} {} (identity {identity}{})",
+        req.method(),
+        req.uri().path(),
+        session
+            .as_deref()
+            .map(|s| format!(", session {s}"))
+            .unwrap_or_default()
+    ));
     let response = next.run(req).await;
     if session.is_none() {
         if let Some(new) = response
@@ -269,8 +300,32 @@ pub async fn authenticate(
     }
     let (parts, body) = response.into_parts();
     let revoked = token_revoked(state.store.clone(), token, identity, state.recheck);
-    let body = body.into_data_stream().take_until(revoked);
+    let stopped = state.stop.stopped();
+    let end: Pin<Box<dyn std::future::Future<Output = ()> + Send>> = if event_stream {
+        Box::pin(async move {
+            tokio::select! {
+                () = revoked => {}
+                () = stopped => {}
+            }
+        })
+    } else {
+        Box::pin(revoked)
+    };
+    // The guard goes with the body: the request is open until its stream is done.
+    let body = body.into_data_stream().take_until(end).map(move |chunk| {
+        let _open = &guard;
+        chunk
+    });
     Response::from_parts(parts, axum::body::Body::from_stream(body))
+}
+
+fn shutting_down() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONNECTION, HeaderValue::from_static("close"))],
+        "shutting down",
+    )
+        .into_response()
 }
 
 /// Resolves once `token` no longer names `identity` (revoked), checking every
@@ -804,6 +859,11 @@ mod tests {
     /// The middleware in front of a stand-in for rmcp that hands out session `new-1`
     /// when a request carries no session id.
     fn app(store: Store) -> axum::Router {
+        app_stopping(store, Stop::new())
+    }
+
+    /// [`app`] whose middleware stops with `stop`.
+    fn app_stopping(store: Store, stop: Stop) -> axum::Router {
         async fn inner(req: Request) -> Response {
             let mut response = StatusCode::OK.into_response();
             if req.headers().get("mcp-session-id").is_none() {
@@ -836,12 +896,13 @@ mod tests {
         axum::Router::new()
             .route("/mcp", post(inner))
             .route("/channel", post(inner))
-            .route("/channel/events", post(events))
+            .route("/channel/events", post(events).get(events))
             .route("/other", post(inner))
             .layer(axum::middleware::from_fn_with_state(
                 AuthState {
                     store,
                     recheck: Duration::from_millis(50),
+                    stop,
                 },
                 authenticate,
             ))
@@ -853,7 +914,17 @@ mod tests {
         token: Option<&str>,
         session: Option<&str>,
     ) -> Response {
-        let mut req = Request::builder().method("POST").uri(path);
+        call_method(app, "POST", path, token, session).await
+    }
+
+    async fn call_method(
+        app: &axum::Router,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        session: Option<&str>,
+    ) -> Response {
+        let mut req = Request::builder().method(method).uri(path);
         if let Some(token) = token {
             req = req.header("authorization", format!("Bearer {token}"));
         }
@@ -980,6 +1051,54 @@ mod tests {
         );
         let again = call(&app, "/channel/events", Some(&revoked), Some("new-1")).await;
         assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn at_shutdown_event_streams_end_a_post_stream_goes_on_and_new_requests_get_503() {
+        let store = store();
+        let stop = Stop::new();
+        let app = app_stopping(store.clone(), stop.clone());
+        let token = store.create_token("a", "laptop").unwrap();
+        call(&app, "/channel", Some(&token), None).await;
+        let open = |method: &'static str| {
+            let (app, token) = (app.clone(), token.clone());
+            async move {
+                let response =
+                    call_method(&app, method, "/channel/events", Some(&token), Some("new-1")).await;
+                assert_eq!(response.status(), StatusCode::OK);
+                response.into_body().into_data_stream()
+            }
+        };
+        let mut event_stream = open("GET").await;
+        let mut tool_call = open("POST").await;
+        assert!(event_stream.next().await.unwrap().is_ok());
+        assert!(tool_call.next().await.unwrap().is_ok());
+        assert_eq!(stop.open_requests().len(), 2, "{:?}", stop.open_requests());
+        assert!(
+            stop.open_requests()[0].starts_with("GET /channel/events (identity a, session new-1")
+        );
+
+        stop.stop();
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(chunk) = event_stream.next().await {
+                chunk.unwrap();
+            }
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "the event stream is still open after the stop"
+        );
+        drop(event_stream);
+        assert!(
+            tool_call.next().await.unwrap().is_ok(),
+            "the POST's stream (a tool call's answer) goes on"
+        );
+        assert_eq!(stop.open_requests().len(), 1, "{:?}", stop.open_requests());
+        drop(tool_call);
+        assert!(stop.open_requests().is_empty());
+        let late = call(&app, "/channel", Some(&token), None).await;
+        assert_eq!(late.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[test]

@@ -9,5 +9,6 @@ pub mod http;
 pub mod matrix;
 pub mod mcp;
 pub mod server;
+pub mod shutdown;
 pub mod store;
 pub mod write;

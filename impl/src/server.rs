@@ -10,6 +10,7 @@ use crate::http::{
 };
 use crate::matrix::{self, Identity};
 use crate::mcp::{App, McpServer};
+use crate::shutdown::{Stop, Stopped};
 use crate::store::{Store, StoreLock};
 use crate::write::{ToolError, Written};
 use anyhow::{anyhow, Context as _};
@@ -28,6 +29,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::future::IntoFuture as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -213,8 +215,11 @@ pub fn load_channel(store: &Store, config: &Config) -> anyhow::Result<Channel> {
     Ok(channel)
 }
 
-/// Runs the server until SIGINT or SIGTERM.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+/// Runs the server until SIGINT or SIGTERM, then shuts down within 5 s of the signal
+/// ([`crate::shutdown`]) and says how ([`Stopped::exit_code`] is the process's exit
+/// status). A second signal exits the process at once.
+/// Errors: the store, an identity or the listener cannot be set up, or serving fails.
+pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
     let _lock = StoreLock::acquire(&config.store_dir, "serve")?;
     let store = Store::open(&config.store_dir)?;
     let channel = load_channel(&store, &config)?;
@@ -244,29 +249,69 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         sync_tasks.push(matrix::start(&store, identity, synced[name], engine.clone()).await?);
     }
 
-    let router = router(&config, store.clone(), engine.clone(), peers, identities);
+    let stop = Stop::new();
+    let router = router(
+        &config,
+        store.clone(),
+        engine.clone(),
+        peers,
+        identities,
+        stop.clone(),
+    );
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    let _signals = crate::shutdown::watch_signals(stop.clone()).context("signal handlers")?;
     println!("matrix-channel: listening on http://{addr}");
     tracing::info!(%addr, "listening");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown())
-        .await?;
-    for task in sync_tasks {
-        task.abort();
+    let http = axum::serve(listener, router)
+        .with_graceful_shutdown(stop.stopped())
+        .into_future();
+    tokio::pin!(http);
+    // Biased: once the switch is set this branch wins, so a drain that completes in
+    // the same poll is not taken for the server stopping by itself.
+    let mut drained = false;
+    tokio::select! {
+        biased;
+        () = stop.stopped() => {}
+        served = &mut http => {
+            served?;
+            if !stop.is_stopping() {
+                return Err(anyhow!("the HTTP server stopped without a signal"));
+            }
+            drained = true;
+        }
     }
-    Ok(())
+    let signalled = tokio::time::Instant::now();
+    let drain = tokio::time::timeout_at(signalled + crate::shutdown::HTTP_DRAIN, http);
+    let http_cut = !drained
+        && match drain.await {
+            Ok(served) => {
+                served?;
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    open = ?stop.open_requests(),
+                    "shutdown: HTTP requests still open after {} ms are cut",
+                    crate::shutdown::HTTP_DRAIN.as_millis()
+                );
+                true
+            }
+        };
+    Ok(crate::shutdown::drain(signalled, http_cut, sync_tasks, &engine).await)
 }
 
-/// The HTTP router: `/mcp` and `/channel` behind bearer authentication.
+/// The HTTP router: `/mcp` and `/channel` behind bearer authentication, refusing
+/// requests and ending event streams once `stop` is set ([`crate::http::authenticate`]).
 pub fn router(
     config: &Config,
     store: Store,
     engine: EngineHandle,
     peers: Peers,
     identities: BTreeMap<String, Identity>,
+    stop: Stop,
 ) -> axum::Router {
     let health = crate::http::HealthState {
         store: store.clone(),
@@ -313,28 +358,9 @@ pub fn router(
         .nest_service("/mcp", tools)
         .nest_service("/channel", channel)
         .layer(axum::middleware::from_fn_with_state(
-            AuthState::new(store),
+            AuthState::new(store).with_stop(stop),
             authenticate,
         ))
         // After the layer: `/health` answers liveness without a token.
         .merge(crate::http::health_router(health))
-}
-
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down");
 }

@@ -323,8 +323,7 @@ impl Server {
     }
 
     /// The process id of the running `serve` (its resident memory is read from
-    /// `/proc/PID/status` by the benchmark).
-    #[allow(dead_code, reason = "only the benchmark (bench/channel/) reads it")]
+    /// `/proc/PID/status` by the benchmark; the shutdown scenarios signal it).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
     }
@@ -358,9 +357,52 @@ impl Server {
             .and_then(|mut f| std::io::Write::write_all(&mut f, b"\n===== SIGKILL =====\n"));
     }
 
+    /// Sends `serve` the signal `name` (`"TERM"`, `"INT"`) with `kill -s NAME PID`,
+    /// marking the log first.
+    pub async fn signal(&self, name: &str) {
+        let pid = self.pid().expect("serve is running");
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.log_path())
+            .and_then(|mut f| {
+                std::io::Write::write_all(&mut f, format!("\n===== SIG{name} =====\n").as_bytes())
+            });
+        let status = Command::new("kill")
+            .args(["-s", name, &pid.to_string()])
+            .status()
+            .await
+            .expect("run kill");
+        assert!(status.success(), "kill -s {name} {pid}: {status}");
+    }
+
+    /// Waits at most `bound` for `serve` to exit and returns its exit status (the
+    /// process is reaped: a later [`Server::restart`] may start it again). Panics,
+    /// with the log's tail, when it is still running after `bound`.
+    pub async fn wait_exit(&mut self, bound: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("serve was started");
+        match tokio::time::timeout(bound, child.wait()).await {
+            Ok(status) => {
+                self.child = None;
+                status.expect("wait for serve")
+            }
+            Err(_) => panic!(
+                "matrix-channel serve still runs {bound:?} after being told to stop; serve.log:\n{}",
+                self.log_tail(60)
+            ),
+        }
+    }
+
+    /// The server's whole log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
     /// Starts `serve` again on the same store and the same address.
     pub async fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart() after kill9()");
+        assert!(
+            self.child.is_none(),
+            "restart() after kill9() or wait_exit()"
+        );
         let listen = self.addr().to_string();
         self.write_config(&listen);
         self.spawn_serve().await;

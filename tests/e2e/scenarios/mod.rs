@@ -12,6 +12,7 @@ mod plaintext;
 mod relations;
 mod replay;
 mod restart;
+mod shutdown;
 mod stream;
 mod sync;
 mod tools;
