@@ -349,4 +349,21 @@ impl StuckSession {
         }
         Ok(StuckSession { _stream: stream })
     }
+
+    /// Bytes the server sent that wait unread in the stuck socket's receive queue
+    /// (`rx_queue` of `/proc/net/tcp`): more than 0 shows that pushes reached the
+    /// stream and stayed there.
+    pub fn unread_bytes(&self) -> anyhow::Result<u64> {
+        let local = self._stream.local_addr()?;
+        let port = format!(":{:04X}", local.port());
+        let table = std::fs::read_to_string("/proc/net/tcp")?;
+        for line in table.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 4 && fields[1].ends_with(&port) {
+                let rx = fields[4].split(':').nth(1).unwrap_or("0");
+                return Ok(u64::from_str_radix(rx, 16)?);
+            }
+        }
+        bail!("the stuck socket ({local}) is not in /proc/net/tcp")
+    }
 }

@@ -726,15 +726,15 @@ async fn many(
                 label: format!("{}-{nonce}", if stuck { "stuck" } else { "free" }),
             };
             let timeouts_before = curve::notify_timeouts(&server);
-            let (without, sent_without) = phase(false).run(free_rx, None).await?;
+            let (without, sent_without, _) = phase(false).run(free_rx, None).await?;
             let timeouts_between = curve::notify_timeouts(&server);
             let stuck = curve::StuckSession::open(&server, server.token(&identities[0].name))
                 .await
                 .context("the stuck client")?;
-            let (with, sent_with) = phase(true).run(free_rx, Some(stuck)).await?;
+            let (with, sent_with, unread) = phase(true).run(free_rx, Some(stuck)).await?;
             let timeouts_after = curve::notify_timeouts(&server);
             eprintln!(
-                "bench: stuck client: the other identity's p99 {:.1} ms without it, {:.1} ms with it ({sent_without} and {sent_with} large messages)",
+                "bench: stuck client: the other identity's p99 {:.1} ms without it, {:.1} ms with it ({sent_without} and {sent_with} large messages; {unread} bytes unread in the stuck socket)",
                 summary(&without).p99,
                 summary(&with).p99
             );
@@ -747,6 +747,7 @@ async fn many(
                     large_message_bytes: LARGE_BYTES as u64,
                     notify_timeouts_without: timeouts_between - timeouts_before,
                     notify_timeouts_with: timeouts_after - timeouts_between,
+                    unread_bytes: unread,
                     ratio: ratios(&with, &without),
                     without,
                     with,
@@ -785,13 +786,14 @@ struct Flooded<'a> {
 }
 
 impl Flooded<'_> {
-    /// The free identity's latencies (ms) and how many large messages were sent; the
-    /// stuck session (if any) is held open until the end, then dropped.
+    /// The free identity's latencies (ms), how many large messages were sent, and the
+    /// bytes left unread in the stuck session's socket at the end; the stuck session
+    /// (if any) is held open until the end, then dropped.
     async fn run(
         &self,
         free_rx: &mut UnboundedReceiver<Arrival>,
         stuck: Option<curve::StuckSession>,
-    ) -> anyhow::Result<(Vec<f64>, u64)> {
+    ) -> anyhow::Result<(Vec<f64>, u64, u64)> {
         let big = |k: u64| {
             let head = format!("{}-large-{k} ", self.label);
             let fill = "x".repeat(LARGE_BYTES - head.len());
@@ -835,9 +837,13 @@ impl Flooded<'_> {
         .await;
         stop.store(true, Ordering::Relaxed);
         flood.await.context("the flood's sender")?;
+        let unread = match &stuck {
+            Some(stuck) => stuck.unread_bytes()?,
+            None => 0,
+        };
         drop(stuck);
         let (ms, _) = result?;
-        Ok((ms, sent.load(Ordering::Relaxed)))
+        Ok((ms, sent.load(Ordering::Relaxed), unread))
     }
 }
 

@@ -423,6 +423,10 @@ pub struct StuckClient {
     /// The same, in the phase with it.
     #[serde(default)]
     pub notify_timeouts_with: u64,
+    /// Bytes waiting unread in the stuck socket's receive queue at the end of its
+    /// phase (0 when absent): above 0, pushes reached the stuck stream.
+    #[serde(default)]
+    pub unread_bytes: u64,
     /// Without the stuck client (ms): the baseline.
     pub without: Summary,
     /// With the stuck client (ms).

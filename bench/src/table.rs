@@ -311,10 +311,11 @@ fn curve_rows(curve: &CostCurve, rows: &mut Vec<Row>) {
     if let Some(s) = &curve.stuck_client {
         rows.push(Row::new(
             format!(
-                "stuck client: another identity's push p50 / p90 / p99 (ms; {} samples, {} messages of {} to the stuck one; pushes timed out: {} with it, {} without; baseline: without it)",
+                "stuck client: another identity's push p50 / p90 / p99 (ms; {} samples, {} messages of {} to the stuck one, {} left unread in its socket; pushes timed out: {} with it, {} without; baseline: without it)",
                 count(s.samples),
                 count(s.large_messages),
                 bytes(s.large_message_bytes as f64),
+                bytes(s.unread_bytes as f64),
                 count(s.notify_timeouts_with),
                 count(s.notify_timeouts_without)
             ),
