@@ -18,7 +18,8 @@ use mc_model::{
     AgentText, AgentWrite, Channel, EventId, IdentityId, Input, Millis, PromptText, RoomId,
     SessionId,
 };
-use mc_server::engine::{self, EngineHandle, Persist, Wire, WriteAnswer};
+use mc_server::engine::{self, EngineHandle, JournalPersist, Wire, WriteAnswer};
+use mc_server::journal::{recover_channel, Journal, SnapshotPolicy};
 use mc_server::matrix::{timeline_input, RoomView};
 use mc_server::server::{edit_content, notice_content, prompt_content};
 use mc_server::write::{markdown_text, text_content, with_relation, ToolError, Written};
@@ -419,14 +420,28 @@ impl RoomView for MemRoom<'_> {
     }
 }
 
-/// Keeps what the engine persists after every transition (`StorePersist` writes
-/// its JSON to the database); a restart loads it through JSON.
-#[derive(Clone, Default)]
-pub struct MemPersist(Arc<Mutex<Option<Channel>>>);
+/// A store directory of its own for the server's journal (`journal.sqlite3`, the
+/// real [`Journal`]), removed when dropped.
+struct JournalDir(std::path::PathBuf);
 
-impl Persist for MemPersist {
-    fn save(&mut self, channel: &Channel) {
-        *self.0.lock().unwrap() = Some(channel.clone());
+impl JournalDir {
+    fn new() -> JournalDir {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mc-conformance-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory for the journal");
+        JournalDir(dir)
+    }
+
+    fn open(&self) -> Journal {
+        Journal::open(&self.0, SnapshotPolicy::default()).expect("the journal opens")
+    }
+}
+
+impl Drop for JournalDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -435,7 +450,7 @@ pub struct InProcess {
     rt: tokio::runtime::Runtime,
     engine: EngineHandle,
     task: tokio::task::JoinHandle<()>,
-    persist: MemPersist,
+    journal: JournalDir,
     wire: Arc<MemWire>,
 }
 
@@ -452,44 +467,42 @@ impl InProcess {
             net: Mutex::new(Net::default()),
         });
         let channel: Channel = world.channel.clone();
-        let persist = MemPersist::default();
+        let journal = JournalDir::new();
+        let persist = JournalPersist::new(journal.open());
         let (engine, task) =
-            rt.block_on(async { engine::spawn(channel, wire.clone(), persist.clone(), clock) });
+            rt.block_on(async { engine::spawn(channel, wire.clone(), persist, clock) });
         InProcess {
             rt,
             engine,
             task,
-            persist,
+            journal,
             wire,
         }
     }
 
     /// SIGKILL and start again: the engine task ends where it is (tasks it spawned
     /// that are in flight never report back), and a new engine starts on the state
-    /// the old one persisted, as `serve` does: `load_channel` (the JSON, the
-    /// configured identities applied again), `Input::Restarted`, then `report_rooms`.
+    /// the old one made durable, as `serve` does: `load_channel` (the journal's
+    /// snapshot with its inputs replayed, the configured identities applied again, a
+    /// snapshot), `Input::Restarted`, then `report_rooms`.
     fn restart_engine(&mut self, world: &World) -> Result<(), String> {
         self.task.abort();
-        let saved = self.persist.0.lock().unwrap().take();
-        let mut channel: Channel = match saved {
-            None => Channel::new(),
-            Some(saved) => {
-                let json = serde_json::to_string(&saved).map_err(|e| e.to_string())?;
-                serde_json::from_str(&json).map_err(|e| format!("the persisted state: {e}"))?
-            }
-        };
+        // Let the runtime drop the aborted task (and its journal connection).
+        self.rt.block_on(tokio::task::yield_now());
+        let mut journal = self.journal.open();
+        let (mut channel, _) = recover_channel(&mut journal, None)
+            .map_err(|e| format!("recovering from the journal: {e:#}"))?;
         for ident in Ident::ALL {
             channel
                 .add_identity(ident.id(), ident.config(crate::world::Mode::InProcess))
                 .map_err(|e| e.to_string())?;
         }
-        let persist = MemPersist::default();
+        let persist = JournalPersist::new(journal);
         let (engine, task) = self
             .rt
-            .block_on(async { engine::spawn(channel, self.wire.clone(), persist.clone(), clock) });
+            .block_on(async { engine::spawn(channel, self.wire.clone(), persist, clock) });
         self.engine = engine;
         self.task = task;
-        self.persist = persist;
         for input in world.restart_inputs().into_iter().skip(1) {
             self.submit(input)?;
         }

@@ -7,7 +7,7 @@
 //! [`Effect`] is exhaustive, without a `_` arm, so a new effect fails to compile here
 //! until it is executed.
 
-use crate::store::Store;
+use crate::journal::Journal;
 use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
@@ -263,39 +263,67 @@ impl EngineHandle {
 #[error("the engine has stopped")]
 pub struct EngineStopped;
 
-/// Where the engine keeps its state between transitions.
+/// Where the engine keeps its state: every input is made durable before the model
+/// acts on it ([`Persist::append`]), so a crash loses no input the engine took.
 pub trait Persist: Send + Sync + 'static {
-    fn save(&mut self, channel: &Channel);
+    /// Makes `input`, about to be handed to the model at `now`, durable. The engine
+    /// acts on no input this did not take: on an error it logs it and stops.
+    /// Errors: a reason for the log.
+    fn append(&mut self, now: Millis, input: &Input) -> Result<(), String>;
+    /// Makes `channel`, the state the engine starts from, durable: the inputs that
+    /// follow are appended to it. Called once, before the first input.
+    /// Errors: a reason for the log; the engine then takes no input.
+    fn begin(&mut self, _channel: &Channel) -> Result<(), String> {
+        Ok(())
+    }
+    /// Called after the model handled an input; `channel` is the state after it.
+    fn handled(&mut self, _channel: &Channel) {}
     /// Makes `channel` durable before the engine stops.
-    fn flush(&mut self, channel: &Channel) {
-        self.save(channel)
+    fn flush(&mut self, _channel: &Channel) {}
+}
+
+/// Persists into the journal ([`crate::journal`]): an append per input, a snapshot
+/// when its policy asks and at a clean stop. (The mutex makes it `Sync`: only the
+/// engine task ever locks it.)
+pub struct JournalPersist(std::sync::Mutex<Journal>);
+
+impl JournalPersist {
+    pub fn new(journal: Journal) -> Self {
+        JournalPersist(std::sync::Mutex::new(journal))
+    }
+
+    fn journal(&mut self) -> &mut Journal {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Persists into the server's database, skipping writes when nothing changed.
-pub struct StorePersist {
-    store: Store,
-    last: String,
-}
+impl Persist for JournalPersist {
+    fn begin(&mut self, channel: &Channel) -> Result<(), String> {
+        self.journal().snapshot(channel).map_err(|e| e.to_string())
+    }
 
-impl StorePersist {
-    pub fn new(store: Store) -> Self {
-        StorePersist {
-            store,
-            last: String::new(),
+    fn append(&mut self, now: Millis, input: &Input) -> Result<(), String> {
+        self.journal().append(now, input).map_err(|e| e.to_string())
+    }
+
+    fn handled(&mut self, channel: &Channel) {
+        let journal = self.journal();
+        if journal.snapshot_due() {
+            if let Err(e) = journal.snapshot(channel) {
+                tracing::error!(
+                    "writing a snapshot of the model state failed (the journal keeps every \
+                     input, and grows until a snapshot succeeds): {e}"
+                );
+            }
         }
     }
-}
 
-impl Persist for StorePersist {
-    fn save(&mut self, channel: &Channel) {
-        match serde_json::to_string(channel) {
-            Ok(json) if json != self.last => match self.store.save_model(&json) {
-                Ok(()) => self.last = json,
-                Err(e) => tracing::error!("saving the model state failed: {e}"),
-            },
-            Ok(_) => {}
-            Err(e) => tracing::error!("serialising the model state failed: {e}"),
+    fn flush(&mut self, channel: &Channel) {
+        match self.journal().snapshot(channel) {
+            Ok(()) => tracing::info!("the model state is snapshotted and the journal is empty"),
+            Err(e) => tracing::error!(
+                "the snapshot at shutdown failed: the next start replays the journal: {e}"
+            ),
         }
     }
 }
@@ -304,11 +332,14 @@ impl Persist for StorePersist {
 pub struct NoPersist;
 
 impl Persist for NoPersist {
-    fn save(&mut self, _: &Channel) {}
+    fn append(&mut self, _: Millis, _: &Input) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Starts the engine task. `clock` gives the model's time (milliseconds). The
-/// engine's first input is [`Input::Restarted`]: the model itself settles what a
+/// engine first makes `channel` durable ([`Persist::begin`]: for the journal, a
+/// snapshot), then its first input is [`Input::Restarted`]: the model itself settles what a
 /// previous process left (it re-issues prompt posts, fails the rest, detaches
 /// sessions).
 pub fn spawn<W: Wire, P: Persist>(
@@ -328,9 +359,17 @@ pub fn spawn<W: Wire, P: Persist>(
         wire,
         persist,
         clock,
+        stopped: false,
     };
     let task = tokio::spawn(async move {
         let mut engine = engine;
+        if let Err(e) = engine.persist.begin(&engine.channel) {
+            tracing::error!(
+                "the journal cannot record the state the engine starts from ({e}): the \
+                 engine takes no input"
+            );
+            return;
+        }
         engine.step(Input::Restarted).await;
         engine.run(rx).await
     });
@@ -347,6 +386,8 @@ struct Engine<W, P> {
     wire: std::sync::Arc<W>,
     persist: P,
     clock: fn() -> Millis,
+    /// The journal refused an input: the engine takes no more.
+    stopped: bool,
 }
 
 impl<W: Wire, P: Persist> Engine<W, P> {
@@ -378,6 +419,9 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 },
                 _ = tokio::time::sleep(sleep) => Command::Input(Box::new(Input::Tick)),
             };
+            if self.stopped {
+                return;
+            }
             match command {
                 Command::Input(input) => {
                     self.step(*input).await;
@@ -419,11 +463,22 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         let mut first = None;
         while let Some(input) = pending.pop_front() {
             tracing::debug!(?input, "input");
+            let now = (self.clock)();
             let started = std::time::Instant::now();
-            let effects = self.channel.handle((self.clock)(), input);
+            if let Err(e) = self.persist.append(now, &input) {
+                tracing::error!(
+                    "the journal did not take an input ({e}): the engine stops, so that \
+                     nothing is acted on that a restart would not know"
+                );
+                self.stopped = true;
+                return first.unwrap_or(false);
+            }
+            let appended = std::time::Instant::now();
+            let effects = self.channel.handle(now, input);
             let handled = std::time::Instant::now();
-            self.persist.save(&self.channel);
-            self.counters.add(handled - started, handled.elapsed());
+            self.persist.handled(&self.channel);
+            self.counters
+                .add(handled - appended, (appended - started) + handled.elapsed());
             first
                 .get_or_insert_with(|| effects.iter().any(|e| matches!(e, Effect::Dropped { .. })));
             for effect in effects {
@@ -633,6 +688,9 @@ mod tests {
         calls: Mutex<Vec<String>>,
         notified: Mutex<Vec<(String, String, Value)>>,
         failing: Mutex<Vec<String>>,
+        /// Notifications to these sessions never complete (a client that stopped
+        /// reading), after recording `hung <session>` in `calls`.
+        hanging: Mutex<Vec<String>>,
         write_fails: Mutex<bool>,
     }
 
@@ -644,6 +702,10 @@ mod tests {
             method: &str,
             params: Value,
         ) -> Result<(), String> {
+            if self.hanging.lock().unwrap().contains(&session.0) {
+                self.calls.lock().unwrap().push(format!("hung {session}"));
+                std::future::pending::<()>().await;
+            }
             if self.failing.lock().unwrap().contains(&session.0) {
                 return Err("stream closed".into());
             }
@@ -1163,27 +1225,131 @@ mod tests {
         assert!(now_ms() > 1_700_000_000_000);
     }
 
-    #[test]
-    fn the_store_persist_writes_only_changes() {
-        let dir = std::env::temp_dir().join(format!("mc-persist-{}", rand::random::<u64>()));
-        let store = Store::open(&dir).unwrap();
-        let mut persist = StorePersist::new(store.clone());
-        let mut channel = channel();
-        persist.save(&channel);
-        let first = store.load_model().unwrap().unwrap();
-        let back: Channel = serde_json::from_str(&first).unwrap();
-        assert_eq!(back, channel);
-        store.save_model("sentinel").unwrap();
-        persist.save(&channel);
+    /// Logs every append as `append <input type> after <n> pushes`, and refuses
+    /// appends once `refuse_from` were taken.
+    struct LogPersist {
+        wire: Arc<FakeWire>,
+        log: Arc<Mutex<Vec<String>>>,
+        refuse_from: Option<usize>,
+    }
+
+    impl Persist for LogPersist {
+        fn append(&mut self, _: Millis, input: &Input) -> Result<(), String> {
+            let mut log = self.log.lock().unwrap();
+            if self.refuse_from.is_some_and(|n| log.len() >= n) {
+                return Err("disk full".into());
+            }
+            let value = serde_json::to_value(input).unwrap();
+            let pushes = self.wire.notified.lock().unwrap().len();
+            log.push(format!(
+                "append {} after {pushes} pushes",
+                value["type"].as_str().unwrap()
+            ));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn every_input_reaches_the_journal_before_the_model_acts_on_it() {
+        let wire = Arc::new(FakeWire::default());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let persist = LogPersist {
+            wire: wire.clone(),
+            log: log.clone(),
+            refuse_from: None,
+        };
+        let (engine, _task) = spawn(channel(), wire.clone(), persist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        settle(&engine).await;
         assert_eq!(
-            store.load_model().unwrap().as_deref(),
-            Some("sentinel"),
-            "unchanged: no write"
+            *log.lock().unwrap(),
+            [
+                "append restarted after 0 pushes",
+                "append attach after 0 pushes",
+                "append message after 0 pushes",
+                "append completed after 1 pushes",
+            ]
         );
-        channel.handle(clock(), attach("s1"));
-        persist.save(&channel);
-        let second: Channel = serde_json::from_str(&store.load_model().unwrap().unwrap()).unwrap();
-        assert_eq!(second, channel);
-        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn an_input_the_journal_refuses_is_not_acted_on_and_the_engine_stops() {
+        let wire = Arc::new(FakeWire::default());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let persist = LogPersist {
+            wire: wire.clone(),
+            log: log.clone(),
+            refuse_from: Some(2),
+        };
+        let (engine, task) = spawn(channel(), wire.clone(), persist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        let _ = engine.read(|_| ()).await;
+        task.await.unwrap();
+        assert!(wire.notified.lock().unwrap().is_empty(), "nothing pushed");
+        assert_eq!(log.lock().unwrap().len(), 2, "Restarted and Attach only");
+        assert!(engine.read(|_| ()).await.is_err(), "the engine stopped");
+    }
+
+    struct TempDir(std::path::PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn journal_in(dir: &TempDir) -> JournalPersist {
+        JournalPersist::new(Journal::open(&dir.0, Default::default()).unwrap())
+    }
+
+    /// SIGKILL: the engine task ends where it is; the next one starts from what the
+    /// journal holds, as `serve` does.
+    async fn crash_and_restart(
+        dir: &TempDir,
+        task: tokio::task::JoinHandle<()>,
+        wire: Arc<FakeWire>,
+    ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
+        task.abort();
+        let _ = task.await;
+        let mut journal = Journal::open(&dir.0, Default::default()).unwrap();
+        let (channel, recovery) = crate::journal::recover_channel(&mut journal, None).unwrap();
+        assert_eq!(recovery.set_aside, 0);
+        spawn(channel, wire, JournalPersist::new(journal), clock)
+    }
+
+    #[tokio::test]
+    async fn a_crash_after_an_input_is_journaled_delivers_its_push_exactly_once_after_restart() {
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("mc-journal-{}", rand::random::<u64>())));
+        // The first process pushes $m1 to s1, whose client never reads: the push is
+        // cut by the crash, after the message reached the journal.
+        let hung = Arc::new(FakeWire::default());
+        hung.hanging.lock().unwrap().push("s1".into());
+        let (engine, task) = spawn(channel(), hung.clone(), journal_in(&dir), clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        while !hung.calls.lock().unwrap().contains(&"hung s1".to_owned()) {
+            tokio::task::yield_now().await;
+        }
+        // The second process: the message is owed, and pushed once to the next session.
+        let wire = Arc::new(FakeWire::default());
+        let (engine, task) = crash_and_restart(&dir, task, wire.clone()).await;
+        engine.submit(attach("s2")).unwrap();
+        settle(&engine).await;
+        let pushed: Vec<_> = wire
+            .notified
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
+            .collect();
+        assert_eq!(pushed, [("s2".to_owned(), json!("$m1"))]);
+        // The third process: that push's outcome was journaled, so nothing is owed.
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = crash_and_restart(&dir, task, wire.clone()).await;
+        engine.submit(attach("s3")).unwrap();
+        settle(&engine).await;
+        assert!(wire.notified.lock().unwrap().is_empty(), "pushed twice");
     }
 }

@@ -6,6 +6,7 @@ pub mod crypto;
 pub mod engine;
 pub mod health;
 pub mod http;
+pub mod journal;
 pub mod matrix;
 pub mod mcp;
 pub mod server;

@@ -3,11 +3,12 @@
 //! Matrix rooms.
 
 use crate::config::Config;
-use crate::engine::{self, EngineHandle, StorePersist, Wire};
+use crate::engine::{self, EngineHandle, JournalPersist, Wire};
 use crate::http::{
     authenticate, AuthState, Mount, Peers, SqliteEventStore, SqliteSessionStore, StreamTracker,
     TrackingManager,
 };
+use crate::journal;
 use crate::matrix::{self, Identity};
 use crate::mcp::{App, McpServer};
 use crate::shutdown::{Stop, Stopped};
@@ -200,18 +201,42 @@ pub fn notice_content(in_reply_to: &OwnedEventId, text: &str) -> RoomMessageEven
     content
 }
 
-/// Loads the model state (or starts empty) and applies the configured identities.
-/// Errors: the stored state is unreadable, or an identity's settings are invalid.
-pub fn load_channel(store: &Store, config: &Config) -> anyhow::Result<Channel> {
-    let mut channel = match store.load_model()? {
-        Some(json) => serde_json::from_str(&json).context("the stored model state")?,
-        None => Channel::new(),
-    };
+/// Loads the model state at start and applies the configured identities: the
+/// journal's snapshot with its inputs replayed ([`journal::recover_channel`]; before
+/// the first snapshot, the whole state a server before the journal saved), then the
+/// configured identities (which the engine then writes as the snapshot: `Persist::begin`).
+/// Logs what it loaded.
+/// Errors: the journal holds inputs of another model version (the message says what
+/// to do), the stored state is unreadable, or an identity's settings are invalid.
+pub fn load_channel(
+    store: &Store,
+    journal: &mut journal::Journal,
+    config: &Config,
+) -> anyhow::Result<Channel> {
+    let started = std::time::Instant::now();
+    let legacy_state = store.legacy_model()?;
+    let legacy = legacy_state.is_some();
+    let (mut channel, recovery) = journal::recover_channel(journal, legacy_state)?;
     for (name, settings) in &config.identities {
         channel
             .add_identity(IdentityId(name.clone()), settings.model_config())
             .map_err(|e| anyhow!("identities.{name}: {e}"))?;
     }
+    // The engine writes this state as the journal's snapshot before its first input
+    // (`Persist::begin`). A legacy state goes only once the journal holds it.
+    if legacy {
+        journal
+            .snapshot(&channel)
+            .context("writing the first snapshot of the journal")?;
+        store.drop_legacy_model()?;
+    }
+    tracing::info!(
+        snapshot = recovery.snapshot,
+        replayed = recovery.replayed,
+        set_aside = recovery.set_aside,
+        ms = started.elapsed().as_millis() as u64,
+        "model state loaded"
+    );
     Ok(channel)
 }
 
@@ -222,7 +247,8 @@ pub fn load_channel(store: &Store, config: &Config) -> anyhow::Result<Channel> {
 pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
     let _lock = StoreLock::acquire(&config.store_dir, "serve")?;
     let store = Store::open(&config.store_dir)?;
-    let channel = load_channel(&store, &config)?;
+    let mut journal = journal::Journal::open(&config.store_dir, Default::default())?;
+    let channel = load_channel(&store, &mut journal, &config)?;
 
     let mut identities = BTreeMap::new();
     let mut synced = BTreeMap::new();
@@ -237,12 +263,8 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
         peers: peers.clone(),
         identities: identities.clone(),
     });
-    let (engine, _engine_task) = engine::spawn(
-        channel,
-        wire,
-        StorePersist::new(store.clone()),
-        engine::now_ms,
-    );
+    let (engine, _engine_task) =
+        engine::spawn(channel, wire, JournalPersist::new(journal), engine::now_ms);
 
     let mut sync_tasks = Vec::new();
     for (name, identity) in &identities {

@@ -274,8 +274,9 @@ impl Store {
             > 0)
     }
 
-    /// The persisted model state (JSON of [`mc_model::Channel`]).
-    pub fn load_model(&self) -> Result<Option<String>, StoreError> {
+    /// The whole model state (JSON of [`mc_model::Channel`]) as a server before the
+    /// journal saved it; read once, when the journal has no snapshot yet.
+    pub fn legacy_model(&self) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn()
             .query_row("SELECT json FROM model_state WHERE id = 1", [], |row| {
@@ -284,14 +285,27 @@ impl Store {
             .optional()?)
     }
 
-    /// Replaces the persisted model state.
-    pub fn save_model(&self, json: &str) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT INTO model_state (id, json) VALUES (1, ?1)
-             ON CONFLICT (id) DO UPDATE SET json = excluded.json",
-            params![json],
-        )?;
+    /// Forgets the legacy state once the journal holds a snapshot.
+    pub fn drop_legacy_model(&self) -> Result<(), StoreError> {
+        self.conn().execute("DELETE FROM model_state", [])?;
         Ok(())
+    }
+
+    /// Replaces the model state with `json` (of [`mc_model::Channel`]): the journal's
+    /// snapshot is replaced and its records after it are dropped. For seeding a state
+    /// (benchmarks, tests) while no server runs on this store.
+    /// Errors: the journal cannot be opened or written.
+    pub fn save_model(&self, json: &str) -> Result<(), crate::journal::JournalError> {
+        let mut journal = crate::journal::Journal::open(&self.dir, Default::default())?;
+        journal.replace_snapshot(json)
+    }
+
+    /// The journal's snapshot (JSON of [`mc_model::Channel`]), without the records
+    /// after it (tests).
+    /// Errors: the journal cannot be opened or read.
+    pub fn load_model(&self) -> Result<Option<String>, crate::journal::JournalError> {
+        let mut journal = crate::journal::Journal::open(&self.dir, Default::default())?;
+        Ok(journal.recover()?.snapshot)
     }
 
     /// An identity's Matrix session (matrix-sdk `MatrixSession` JSON).
