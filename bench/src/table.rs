@@ -420,7 +420,7 @@ fn targets(curve: &CostCurve) -> Vec<Target> {
         target: "restart from a journal of 100,000 inputs".to_owned(),
         limit: "—".to_owned(),
         measured: "not measured yet".to_owned(),
-        verdict: "TODO (the journal is being built)".to_owned(),
+        verdict: "TODO: not measured yet".to_owned(),
     });
     out
 }
