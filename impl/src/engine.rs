@@ -337,6 +337,144 @@ impl Persist for NoPersist {
     }
 }
 
+/// At most this many Matrix sends (prompt posts, outcome edits, notices, the agent's
+/// writes, joins) run at once, across every identity and room. matrix-sdk's own
+/// adapters cap their concurrency at 20 (`buffer_unordered(20)`).
+pub const MATRIX_SENDS_AT_ONCE: usize = 16;
+
+type Job = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Ordered lanes of Matrix sends, one per (identity, room): a lane's sends run one
+/// after another in the model's order (a notice after the prompt it answers), lanes
+/// run side by side, and at most [`MATRIX_SENDS_AT_ONCE`] sends run at once.
+struct RoomLanes {
+    lanes: std::collections::BTreeMap<(IdentityId, RoomId), mpsc::UnboundedSender<Job>>,
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl RoomLanes {
+    fn new() -> Self {
+        RoomLanes {
+            lanes: Default::default(),
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(MATRIX_SENDS_AT_ONCE)),
+        }
+    }
+
+    fn run(&mut self, identity: &IdentityId, room: &RoomId, job: Job) {
+        let key = (identity.clone(), room.clone());
+        let job = match self.lanes.get(&key) {
+            Some(lane) => match lane.send(job) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(job)) => job,
+            },
+            None => job,
+        };
+        let (lane, mut jobs) = mpsc::unbounded_channel::<Job>();
+        let _ = lane.send(job);
+        self.lanes.insert(key, lane);
+        let permits = self.permits.clone();
+        tokio::spawn(async move {
+            while let Some(job) = jobs.recv().await {
+                // The semaphore is never closed.
+                let _permit = permits.acquire().await;
+                job.await;
+            }
+        });
+    }
+}
+
+/// What a session's queue writes: a notification whose outcome goes back to the
+/// model, or a log message (no outcome).
+enum Outbound {
+    Notify {
+        id: EffectId,
+        method: &'static str,
+        params: Value,
+    },
+    Log(String),
+}
+
+/// One ordered outbound queue per MCP session, each drained by its own task: the
+/// engine never awaits a client, a slow or stuck client delays only its own
+/// session, and what a session receives keeps the model's order.
+///
+/// Once a notification to a session fails, every notification queued behind it in
+/// the same attachment fails at once without being written (the model then puts
+/// them back in its queue in order, behind the failed one); notifications made
+/// after the session attached again are written. The attachment is counted from
+/// the model's own inputs ([`Input::Attach`]).
+struct SessionQueues {
+    queues: std::collections::BTreeMap<SessionId, (u64, mpsc::UnboundedSender<(u64, Outbound)>)>,
+}
+
+impl SessionQueues {
+    fn attached(&mut self, session: &SessionId) {
+        if let Some((attachment, _)) = self.queues.get_mut(session) {
+            *attachment += 1;
+        }
+    }
+
+    fn send<W: Wire>(
+        &mut self,
+        wire: &std::sync::Arc<W>,
+        engine: &mpsc::UnboundedSender<Command>,
+        session: SessionId,
+        item: Outbound,
+    ) {
+        let (attachment, queue) = self.queues.entry(session.clone()).or_insert_with(|| {
+            let (queue, items) = mpsc::unbounded_channel();
+            tokio::spawn(drain(wire.clone(), engine.clone(), session, items));
+            (0, queue)
+        });
+        // The task ends only when its queue is dropped, which this map never does.
+        let _ = queue.send((*attachment, item));
+    }
+}
+
+/// Writes one session's queue in order (see [`SessionQueues`]).
+async fn drain<W: Wire>(
+    wire: std::sync::Arc<W>,
+    engine: mpsc::UnboundedSender<Command>,
+    session: SessionId,
+    mut items: mpsc::UnboundedReceiver<(u64, Outbound)>,
+) {
+    let mut failed_in: Option<u64> = None;
+    while let Some((attachment, item)) = items.recv().await {
+        match item {
+            Outbound::Notify { id, method, params } => {
+                let result = if failed_in == Some(attachment) {
+                    Err("an earlier notification to the session failed".to_owned())
+                } else {
+                    notify(&*wire, &session, method, params).await
+                };
+                if result.is_err() {
+                    failed_in = Some(attachment);
+                }
+                let _ = engine.send(Command::Input(Box::new(completed(id, result))));
+            }
+            Outbound::Log(message) => {
+                if let Err(e) = wire.log_message(&session, &message).await {
+                    tracing::warn!(%session, "sending a log message failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+async fn notify<W: Wire>(
+    wire: &W,
+    session: &SessionId,
+    method: &str,
+    params: Value,
+) -> Result<(), String> {
+    match tokio::time::timeout(NOTIFY_TIMEOUT, wire.notify(session, method, params)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "writing to the session took over {NOTIFY_TIMEOUT:?}"
+        )),
+    }
+}
+
 /// Starts the engine task. `clock` gives the model's time (milliseconds). The
 /// engine first makes `channel` durable ([`Persist::begin`]: for the journal, a
 /// snapshot), then its first input is [`Input::Restarted`]: the model itself settles what a
@@ -360,6 +498,10 @@ pub fn spawn<W: Wire, P: Persist>(
         persist,
         clock,
         stopped: false,
+        sessions: SessionQueues {
+            queues: Default::default(),
+        },
+        rooms: RoomLanes::new(),
     };
     let task = tokio::spawn(async move {
         let mut engine = engine;
@@ -388,22 +530,29 @@ struct Engine<W, P> {
     clock: fn() -> Millis,
     /// The journal refused an input: the engine takes no more.
     stopped: bool,
+    sessions: SessionQueues,
+    rooms: RoomLanes,
 }
 
 impl<W: Wire, P: Persist> Engine<W, P> {
-    /// Posts a prompt in a task. The transaction id is the effect's id, so the
-    /// post the model re-issues after a restart is the same transaction.
-    fn spawn_post(&self, id: EffectId, identity: IdentityId, room: RoomId, text: PromptText) {
+    /// Posts a prompt in its room's lane. The transaction id is the effect's id, so
+    /// the post the model re-issues after a restart is the same transaction.
+    fn spawn_post(&mut self, id: EffectId, identity: IdentityId, room: RoomId, text: PromptText) {
         let wire = self.wire.clone();
         let tx = self.tx.clone();
-        tokio::spawn(async move {
-            let txn_id = format!("mc-prompt-{}", id.0);
-            let outcome = match wire.post_prompt(&identity, &room, &text, &txn_id).await {
-                Ok(event_id) => Outcome::Posted { event_id },
-                Err(reason) => Outcome::Failed { reason },
-            };
-            let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
-        });
+        let (who, at) = (identity.clone(), room.clone());
+        self.rooms.run(
+            &who,
+            &at,
+            Box::pin(async move {
+                let txn_id = format!("mc-prompt-{}", id.0);
+                let outcome = match wire.post_prompt(&identity, &room, &text, &txn_id).await {
+                    Ok(event_id) => Outcome::Posted { event_id },
+                    Err(reason) => Outcome::Failed { reason },
+                };
+                let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
+            }),
+        );
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
@@ -455,45 +604,43 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         }
     }
 
-    /// Handles one input and everything it causes: outcomes of effects executed
-    /// inline are handled before the next input. Returns whether the input's own
-    /// transition dropped it (an `Effect::Dropped` among its effects).
+    /// Handles one input: makes it durable, hands it to the model, and hands its
+    /// effects on; none is awaited here (their outcomes come back as inputs through
+    /// the engine's queue). Returns whether the input's transition dropped it (an
+    /// `Effect::Dropped` among its effects).
     async fn step(&mut self, input: Input) -> bool {
-        let mut pending = std::collections::VecDeque::from([input]);
-        let mut first = None;
-        while let Some(input) = pending.pop_front() {
-            tracing::debug!(?input, "input");
-            let now = (self.clock)();
-            let started = std::time::Instant::now();
-            if let Err(e) = self.persist.append(now, &input) {
-                tracing::error!(
-                    "the journal did not take an input ({e}): the engine stops, so that \
-                     nothing is acted on that a restart would not know"
-                );
-                self.stopped = true;
-                return first.unwrap_or(false);
-            }
-            let appended = std::time::Instant::now();
-            let effects = self.channel.handle(now, input);
-            let handled = std::time::Instant::now();
-            self.persist.handled(&self.channel);
-            self.counters
-                .add(handled - appended, (appended - started) + handled.elapsed());
-            first
-                .get_or_insert_with(|| effects.iter().any(|e| matches!(e, Effect::Dropped { .. })));
-            for effect in effects {
-                if let Some(outcome) = self.execute(effect).await {
-                    pending.push_back(outcome);
-                }
-            }
+        tracing::debug!(?input, "input");
+        if let Input::Attach { session, .. } = &input {
+            self.sessions.attached(session);
         }
-        first.unwrap_or(false)
+        let now = (self.clock)();
+        let started = std::time::Instant::now();
+        if let Err(e) = self.persist.append(now, &input) {
+            tracing::error!(
+                "the journal did not take an input ({e}): the engine stops, so that \
+                 nothing is acted on that a restart would not know"
+            );
+            self.stopped = true;
+            return false;
+        }
+        let appended = std::time::Instant::now();
+        let effects = self.channel.handle(now, input);
+        let handled = std::time::Instant::now();
+        self.persist.handled(&self.channel);
+        self.counters
+            .add(handled - appended, (appended - started) + handled.elapsed());
+        let dropped = effects.iter().any(|e| matches!(e, Effect::Dropped { .. }));
+        for effect in effects {
+            self.execute(effect);
+        }
+        dropped
     }
 
-    /// Executes one effect. Notifications are written inline, in order (pushes to a
-    /// session must arrive in the order the model made them); Matrix sends run in
-    /// their own tasks and report back through the engine's queue.
-    async fn execute(&mut self, effect: Effect) -> Option<Input> {
+    /// Hands one effect on. Pushes, verdicts and log messages go to their session's
+    /// queue ([`SessionQueues`]: in the model's order, written by the session's own
+    /// task); Matrix sends go to their room's lane ([`RoomLanes`]). Outcomes come
+    /// back through the engine's queue.
+    fn execute(&mut self, effect: Effect) {
         match effect {
             Effect::Push {
                 id,
@@ -503,10 +650,12 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 notification,
             } => {
                 let params = channel_params(&notification);
-                Some(completed(
+                let item = Outbound::Notify {
                     id,
-                    self.notify(&session, CHANNEL_METHOD, params).await,
-                ))
+                    method: CHANNEL_METHOD,
+                    params,
+                };
+                self.sessions.send(&self.wire, &self.tx, session, item);
             }
             Effect::SendVerdict {
                 id,
@@ -515,10 +664,12 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 verdict,
             } => {
                 let params = verdict_params(&verdict);
-                Some(completed(
+                let item = Outbound::Notify {
                     id,
-                    self.notify(&session, VERDICT_METHOD, params).await,
-                ))
+                    method: VERDICT_METHOD,
+                    params,
+                };
+                self.sessions.send(&self.wire, &self.tx, session, item);
             }
             Effect::PostPrompt {
                 id,
@@ -526,10 +677,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 room,
                 request_id: _,
                 text,
-            } => {
-                self.spawn_post(id, identity, room, text);
-                None
-            }
+            } => self.spawn_post(id, identity, room, text),
             Effect::EditPrompt {
                 identity,
                 room,
@@ -537,12 +685,16 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 text,
             } => {
                 let wire = self.wire.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = wire.edit_prompt(&identity, &room, &event_id, &text).await {
-                        tracing::warn!(%identity, %event_id, "editing a prompt failed: {e}");
-                    }
-                });
-                None
+                let (who, at) = (identity.clone(), room.clone());
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        if let Err(e) = wire.edit_prompt(&identity, &room, &event_id, &text).await {
+                            tracing::warn!(%identity, %event_id, "editing a prompt failed: {e}");
+                        }
+                    }),
+                );
             }
             Effect::Notice {
                 identity,
@@ -551,12 +703,16 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 text,
             } => {
                 let wire = self.wire.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = wire.notice(&identity, &room, &in_reply_to, &text).await {
-                        tracing::warn!(%identity, "posting a notice failed: {e}");
-                    }
-                });
-                None
+                let (who, at) = (identity.clone(), room.clone());
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        if let Err(e) = wire.notice(&identity, &room, &in_reply_to, &text).await {
+                            tracing::warn!(%identity, "posting a notice failed: {e}");
+                        }
+                    }),
+                );
             }
             Effect::Write {
                 id,
@@ -567,36 +723,45 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 let answer = self.calls.remove(&call);
                 let wire = self.wire.clone();
                 let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let result = wire.write(&identity, &write).await;
-                    let outcome = match &result {
-                        Ok(_) => Outcome::Sent,
-                        Err(e) => Outcome::Failed {
-                            reason: e.to_string(),
-                        },
-                    };
-                    tracing::info!(%identity, %call, write = write.kind(), ?outcome, "agent write");
-                    let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
-                    if let Some(answer) = answer {
-                        let _ = answer.send(match result {
-                            Ok(written) => WriteAnswer::Done(written),
-                            Err(e) => WriteAnswer::Failed(e),
-                        });
-                    }
-                });
-                None
+                let who = identity.clone();
+                let at = write_lane(&write);
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        let result = wire.write(&identity, &write).await;
+                        let outcome = match &result {
+                            Ok(_) => Outcome::Sent,
+                            Err(e) => Outcome::Failed {
+                                reason: e.to_string(),
+                            },
+                        };
+                        tracing::info!(%identity, %call, write = write.kind(), ?outcome, "agent write");
+                        let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
+                        if let Some(answer) = answer {
+                            let _ = answer.send(match result {
+                                Ok(written) => WriteAnswer::Done(written),
+                                Err(e) => WriteAnswer::Failed(e),
+                            });
+                        }
+                    }),
+                );
             }
             Effect::JoinRoom { id, identity, room } => {
                 let wire = self.wire.clone();
                 let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let result = wire.join_room(&identity, &room).await;
-                    if let Err(e) = &result {
-                        tracing::warn!(%identity, %room, "joining on an invite failed: {e}");
-                    }
-                    let _ = tx.send(Command::Input(Box::new(completed(id, result))));
-                });
-                None
+                let (who, at) = (identity.clone(), room.clone());
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        let result = wire.join_room(&identity, &room).await;
+                        if let Err(e) = &result {
+                            tracing::warn!(%identity, %room, "joining on an invite failed: {e}");
+                        }
+                        let _ = tx.send(Command::Input(Box::new(completed(id, result))));
+                    }),
+                );
             }
             Effect::WriteRefused {
                 identity,
@@ -607,7 +772,6 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 if let Some(answer) = self.calls.remove(&call) {
                     let _ = answer.send(WriteAnswer::Refused(reason));
                 }
-                None
             }
             Effect::LogMessage {
                 identity,
@@ -615,13 +779,8 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 message,
             } => {
                 tracing::warn!(%identity, %session, "{message}");
-                let wire = self.wire.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = wire.log_message(&session, &message).await {
-                        tracing::warn!(%session, "sending a log message failed: {e}");
-                    }
-                });
-                None
+                self.sessions
+                    .send(&self.wire, &self.tx, session, Outbound::Log(message));
             }
             Effect::Decided {
                 identity,
@@ -635,7 +794,6 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     behavior = decision.behavior.as_str(), by = %decision.by, at,
                     via = ?decision.via, "verdict"
                 );
-                None
             }
             Effect::Dropped {
                 identity,
@@ -643,19 +801,23 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 reason,
             } => {
                 tracing::info!(identity = ?identity, event_id = ?event_id, reason = ?reason, "not acted on");
-                None
             }
         }
     }
+}
 
-    async fn notify(&self, session: &SessionId, method: &str, params: Value) -> Result<(), String> {
-        match tokio::time::timeout(NOTIFY_TIMEOUT, self.wire.notify(session, method, params)).await
-        {
-            Ok(result) => result,
-            Err(_) => Err(format!(
-                "writing to the session took over {NOTIFY_TIMEOUT:?}"
-            )),
-        }
+/// The room lane an agent's write runs in: its room (for a join, the id or alias it
+/// names).
+fn write_lane(write: &AgentWrite) -> RoomId {
+    match write {
+        AgentWrite::Message { room, .. }
+        | AgentWrite::Edit { room, .. }
+        | AgentWrite::Reaction { room, .. }
+        | AgentWrite::Redaction { room, .. }
+        | AgentWrite::Receipt { room, .. }
+        | AgentWrite::Leave { room }
+        | AgentWrite::Invite { room, .. } => room.clone(),
+        AgentWrite::Join { room } => RoomId(room.clone()),
     }
 }
 
@@ -691,6 +853,8 @@ mod tests {
         /// Notifications to these sessions never complete (a client that stopped
         /// reading), after recording `hung <session>` in `calls`.
         hanging: Mutex<Vec<String>>,
+        /// The next notification to each of these sessions fails, once.
+        fail_once: Mutex<Vec<String>>,
         write_fails: Mutex<bool>,
     }
 
@@ -706,6 +870,12 @@ mod tests {
                 self.calls.lock().unwrap().push(format!("hung {session}"));
                 std::future::pending::<()>().await;
             }
+            let mut once = self.fail_once.lock().unwrap();
+            if let Some(i) = once.iter().position(|s| *s == session.0) {
+                once.remove(i);
+                return Err("stream closed".into());
+            }
+            drop(once);
             if self.failing.lock().unwrap().contains(&session.0) {
                 return Err("stream closed".into());
             }
@@ -1351,5 +1521,85 @@ mod tests {
         engine.submit(attach("s3")).unwrap();
         settle(&engine).await;
         assert!(wire.notified.lock().unwrap().is_empty(), "pushed twice");
+    }
+
+    /// `input` retargeted at the identity `bot2` and its room `!r2:hs`.
+    fn for_bot2(input: Input) -> Input {
+        let mut value = serde_json::to_value(input).unwrap();
+        value["identity"] = json!("bot2");
+        if value.get("message").is_some() {
+            value["message"]["room"] = json!("!r2:hs");
+        }
+        if value.get("room").is_some() {
+            value["room"] = json!("!r2:hs");
+            value["user"] = json!("@bot2:hs");
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_session_that_stops_reading_delays_no_other_session() {
+        let mut channel = channel();
+        let config = IdentityConfig::new(UserId("@bot2:hs".into()), [UserId(ALICE.into())]);
+        channel
+            .add_identity(IdentityId("bot2".into()), config)
+            .unwrap();
+        channel.handle(clock(), for_bot2(joined("!r2:hs")));
+        let wire = Arc::new(FakeWire::default());
+        wire.hanging.lock().unwrap().push("s1".into());
+        let (engine, _task) = spawn(channel, wire.clone(), NoPersist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(for_bot2(attach("s2"))).unwrap();
+        // s1's client never reads: its push hangs (the timeout is 10 s)...
+        engine.submit(say("$m1", "to the stuck one")).unwrap();
+        // ...while bot2's session gets its push, and the engine answers reads.
+        engine.submit(for_bot2(say("$m2", "to the other"))).unwrap();
+        settle(&engine).await;
+        let pushed: Vec<_> = wire
+            .notified
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
+            .collect();
+        assert_eq!(pushed, [("s2".to_owned(), json!("$m2"))]);
+        assert!(wire.calls.lock().unwrap().contains(&"hung s1".to_owned()));
+        assert_eq!(
+            engine.read(|c| c.in_flight()).await.unwrap(),
+            1,
+            "s1's push is still being written, s2's outcome came back"
+        );
+    }
+
+    #[tokio::test]
+    async fn behind_a_failed_push_the_sessions_queued_pushes_fail_unwritten_and_come_back_in_order()
+    {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        // Only the first write to s1 fails: the two queued behind it must not be
+        // written after it, or s1 would see $m2 and $m3 without $m1.
+        wire.fail_once.lock().unwrap().push("s1".into());
+        engine.submit(attach("s1")).unwrap();
+        for i in 1..=3 {
+            engine.submit(say(&format!("$m{i}"), "hello")).unwrap();
+        }
+        settle(&engine).await;
+        engine.submit(attach("s2")).unwrap();
+        settle(&engine).await;
+        let pushed: Vec<_> = wire
+            .notified
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
+            .collect();
+        assert_eq!(
+            pushed,
+            [
+                ("s2".to_owned(), json!("$m1")),
+                ("s2".to_owned(), json!("$m2")),
+                ("s2".to_owned(), json!("$m3")),
+            ]
+        );
     }
 }
