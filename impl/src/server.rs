@@ -263,7 +263,7 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
         peers: peers.clone(),
         identities: identities.clone(),
     });
-    let (engine, _engine_task) =
+    let (engine, mut engine_task) =
         engine::spawn(channel, wire, JournalPersist::new(journal), engine::now_ms);
 
     let mut sync_tasks = Vec::new();
@@ -303,6 +303,14 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
                 return Err(anyhow!("the HTTP server stopped without a signal"));
             }
             drained = true;
+        }
+        // The engine ends by itself only when the journal refused its state or an input (its ERROR
+        // says why): serving on would take inputs the model cannot record.
+        _ = &mut engine_task => {
+            return Err(anyhow!(
+                "the engine stopped: the journal did not take its state or an input (see the ERROR \
+                 above); nothing more is acted on"
+            ));
         }
     }
     let signalled = tokio::time::Instant::now();
