@@ -1462,6 +1462,16 @@ mod tests {
         assert!(engine.read(|_| ()).await.is_err(), "the engine stopped");
     }
 
+    /// The (session, event id) of every push the wire wrote, in order.
+    fn pushed(wire: &FakeWire) -> Vec<(String, Value)> {
+        wire.notified
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
+            .collect()
+    }
+
     struct TempDir(std::path::PathBuf);
     impl Drop for TempDir {
         fn drop(&mut self) {
@@ -1507,13 +1517,7 @@ mod tests {
         let (engine, task) = crash_and_restart(&dir, task, wire.clone()).await;
         engine.submit(attach("s2")).unwrap();
         settle(&engine).await;
-        let pushed: Vec<_> = wire
-            .notified
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
-            .collect();
+        let pushed = pushed(&wire);
         assert_eq!(pushed, [("s2".to_owned(), json!("$m1"))]);
         // The third process: that push's outcome was journaled, so nothing is owed.
         let wire = Arc::new(FakeWire::default());
@@ -1555,13 +1559,7 @@ mod tests {
         // ...while bot2's session gets its push, and the engine answers reads.
         engine.submit(for_bot2(say("$m2", "to the other"))).unwrap();
         settle(&engine).await;
-        let pushed: Vec<_> = wire
-            .notified
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
-            .collect();
+        let pushed = pushed(&wire);
         assert_eq!(pushed, [("s2".to_owned(), json!("$m2"))]);
         assert!(wire.calls.lock().unwrap().contains(&"hung s1".to_owned()));
         assert_eq!(
@@ -1586,13 +1584,7 @@ mod tests {
         settle(&engine).await;
         engine.submit(attach("s2")).unwrap();
         settle(&engine).await;
-        let pushed: Vec<_> = wire
-            .notified
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(session, _, params)| (session.clone(), params["meta"]["event_id"].clone()))
-            .collect();
+        let pushed = pushed(&wire);
         assert_eq!(
             pushed,
             [
