@@ -221,6 +221,9 @@ pub async fn drain(
     let mut cut = http_cut;
     let sends_by = signalled + SENDS_BY;
     loop {
+        // A read for the shutdown's wait only: how long to let sends finish before the
+        // engine stops (an IO deadline); nothing the model decides depends on it, and
+        // what is cut the model settles at the next start (`Input::Restarted`).
         let ids = match tokio::time::timeout_at(sends_by, engine.read(|c| c.in_flight_ids())).await
         {
             Ok(Ok(ids)) => ids,
