@@ -21,7 +21,12 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn main() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model");
+    // Read at run time, never with env!(): the compiled build script is reused from
+    // the shared target directory by every checkout (CI's clean clone, the worktree),
+    // and env!() would keep the path of the checkout that compiled it.
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let model = Path::new(&manifest_dir).join("../model");
     let src = model.join("src");
     println!("cargo:rerun-if-changed={}", src.display());
     println!(

@@ -1,9 +1,10 @@
 //! Runs action sequences against a target and compares, after every action, what
 //! the target did with what the reference predicts.
 
-use crate::alphabet::{drive, Action, Adapter};
+use crate::alphabet::{drive, Action, ActionKind, Adapter};
 use crate::world::{precondition, Mode, ModeOf, Observation, Reference, Sess, World};
 use mc_model::Channel;
+use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use proptest_state_machine::ReferenceStateMachine;
 use serde::{Deserialize, Serialize};
@@ -89,6 +90,9 @@ pub struct Coverage {
     /// replying to a message that is not a prompt; what became of an undecryptable
     /// event, and whether its room key came before or after the grace period.
     pub cases: BTreeMap<String, usize>,
+    /// The action kinds no random sequence contained, each given one more sequence
+    /// that does ([`check_with`]).
+    pub topped_up: Vec<&'static str>,
 }
 
 impl Coverage {
@@ -356,6 +360,12 @@ pub fn check<M: ModeOf, T: Target>(cases: u32, max_len: usize, make: impl Fn() -
 }
 
 /// [`check`] with proptest settings (a real target limits shrinking by time).
+///
+/// After `config.cases` random sequences, every action kind [`required_kinds`] names
+/// for the mode that none of them contained gets one more sequence, drawn from the
+/// same generator until it contains that kind (at most proptest's local reject limit
+/// of draws, 65,536 by default). So the coverage assertions do not depend on the
+/// luck of one run, and a kind the generator cannot reach still fails them.
 pub fn check_with<M: ModeOf, T: Target>(
     config: Config,
     lengths: std::ops::RangeInclusive<usize>,
@@ -366,8 +376,48 @@ pub fn check_with<M: ModeOf, T: Target>(
         failure_persistence: None,
         ..config
     };
+    let strategy = || Reference::<M>::sequential_strategy(lengths.clone());
+    run_cases::<M, T, _>(config.clone(), strategy(), &make, &coverage);
+    for kind in required_kinds(M::MODE) {
+        let reached = {
+            let coverage = coverage.lock().unwrap_or_else(|e| e.into_inner());
+            coverage.actions.contains_key(kind.name())
+        };
+        if reached {
+            continue;
+        }
+        let containing = strategy().prop_filter(
+            format!("a sequence with a {} action", kind.name()),
+            move |(_, actions, _): &(World, Vec<Action>, Option<Arc<AtomicUsize>>)| {
+                actions.iter().any(|a| a.kind() == kind)
+            },
+        );
+        let one = Config {
+            cases: 1,
+            ..config.clone()
+        };
+        if run_cases::<M, T, _>(one, containing, &make, &coverage) {
+            let mut coverage = coverage.lock().unwrap_or_else(|e| e.into_inner());
+            coverage.topped_up.push(kind.name());
+        }
+    }
+    coverage.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `config.cases` sequences from `strategy`, counting into `coverage`. On a
+/// failure: shrinks, saves the shrunk sequence under `conformance/regressions/` and
+/// panics with the report. Returns false when the strategy gave up (a filter that
+/// rejected too many draws): nothing was run.
+fn run_cases<M: ModeOf, T: Target, S>(
+    config: Config,
+    strategy: S,
+    make: &impl Fn() -> T,
+    coverage: &std::sync::Mutex<Coverage>,
+) -> bool
+where
+    S: Strategy<Value = (World, Vec<Action>, Option<Arc<AtomicUsize>>)>,
+{
     let mut runner = TestRunner::new(config);
-    let strategy = Reference::<M>::sequential_strategy(lengths);
     let result = runner.run(
         &strategy,
         |(_, actions, seen): (World, Vec<Action>, Option<Arc<AtomicUsize>>)| {
@@ -384,7 +434,7 @@ pub fn check_with<M: ModeOf, T: Target>(
         },
     );
     match result {
-        Ok(()) => coverage.into_inner().unwrap_or_else(|e| e.into_inner()),
+        Ok(()) => true,
         Err(TestError::Fail(reason, (_, actions, _))) => {
             let regression = Regression {
                 mode: M::MODE,
@@ -411,8 +461,44 @@ pub fn check_with<M: ModeOf, T: Target>(
             };
             panic!("{reason}\nthe shrunk sequence is {saved}");
         }
+        Err(TestError::Abort(why)) if why.message().contains("Too many local rejects") => false,
         Err(TestError::Abort(why)) => panic!("conformance aborted: {why}"),
     }
+}
+
+/// The entries of `conformance/skip.txt` for `target` (`in_process` or `real`) or for
+/// both: what follows the target word, before the `:` and its reason. Panics on a
+/// line with no reason or an unknown target.
+pub fn skipped(target: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/skip.txt");
+    let text = std::fs::read_to_string(path).expect("conformance/skip.txt");
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let (head, reason) = l.split_once(':')?;
+            assert!(!reason.trim().is_empty(), "skip.txt: no reason in {l:?}");
+            let (t, what) = head.split_once(' ')?;
+            assert!(
+                ["in_process", "real", "both"].contains(&t),
+                "skip.txt: unknown target in {l:?}"
+            );
+            (t == target || t == "both").then(|| what.trim().to_owned())
+        })
+        .collect()
+}
+
+/// The action kinds that `conformance/skip.txt` does not skip for `mode`: the
+/// generator must reach every one of them.
+pub fn required_kinds(mode: Mode) -> Vec<ActionKind> {
+    let skipped = skipped(match mode {
+        Mode::InProcess => "in_process",
+        Mode::Real => "real",
+    });
+    ActionKind::ALL
+        .iter()
+        .copied()
+        .filter(|k| !skipped.iter().any(|s| s == k.name()))
+        .collect()
 }
 
 /// A stable 64-bit FNV-1a hash, for file names.

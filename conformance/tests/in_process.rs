@@ -5,7 +5,7 @@
 
 use mc_conformance::alphabet::ActionKind;
 use mc_conformance::in_process::InProcess;
-use mc_conformance::runner::{check, regressions, run_sequence};
+use mc_conformance::runner::{check, regressions, required_kinds, run_sequence, skipped};
 use mc_conformance::world::{InProcessMode, Mode};
 
 fn cases() -> u32 {
@@ -21,15 +21,12 @@ fn generated_sequences_conform() {
     eprintln!("{coverage:#?}");
     // The generator must reach every action the skip list does not exclude, and every
     // kind of thing the server can be seen doing.
-    let skipped = skipped("in_process");
-    for kind in ActionKind::ALL {
-        if !skipped.contains(&kind.name().to_owned()) {
-            assert!(
-                coverage.actions.get(kind.name()).copied().unwrap_or(0) > 0,
-                "no {} action was generated",
-                kind.name()
-            );
-        }
+    for kind in required_kinds(Mode::InProcess) {
+        assert!(
+            coverage.actions.get(kind.name()).copied().unwrap_or(0) > 0,
+            "no {} action was generated",
+            kind.name()
+        );
     }
     for seen in [
         "notifications/claude/channel (message)",
@@ -71,25 +68,6 @@ fn saved_regressions_conform() {
             panic!("{}:\n{report}", path.display());
         }
     }
-}
-
-/// The action names `conformance/skip.txt` skips for `target` (or for both).
-fn skipped(target: &str) -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/skip.txt");
-    let text = std::fs::read_to_string(path).expect("conformance/skip.txt");
-    text.lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .filter_map(|l| {
-            let (head, reason) = l.split_once(':')?;
-            assert!(!reason.trim().is_empty(), "skip.txt: no reason in {l:?}");
-            let (t, what) = head.split_once(' ')?;
-            assert!(
-                ["in_process", "real", "both"].contains(&t),
-                "skip.txt: unknown target in {l:?}"
-            );
-            (t == target || t == "both").then(|| what.trim().to_owned())
-        })
-        .collect()
 }
 
 #[test]

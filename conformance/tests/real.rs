@@ -22,7 +22,7 @@ use harness::mcp::McpClient;
 use harness::server::{Identity, Server, ServerConfig};
 use harness::WAIT;
 use mc_conformance::alphabet::Adapter;
-use mc_conformance::runner::{check_with, regressions, run_sequence, Target};
+use mc_conformance::runner::{check_with, regressions, required_kinds, run_sequence, Target};
 use mc_conformance::world::{
     AgentOp, AgentRel, BadRequest, Change, Ident, Key, Mode, Observation, Odd, RealMode, Redactor,
     Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, REAL_SETTLE, REAL_TTL,
@@ -918,27 +918,12 @@ fn generated_sequences_conform_on_the_real_server() {
         check_with::<RealMode, _>(config(), 8..=16, || runtime().block_on(Real::start()));
     eprintln!("{coverage:#?}");
     // Every action the skip list does not exclude for the real target is generated.
-    let skip = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../conformance/skip.txt"
-    ))
-    .expect("conformance/skip.txt");
-    for kind in mc_conformance::alphabet::ActionKind::ALL {
-        let skipped = skip.lines().any(|l| {
-            (l.starts_with("real ") || l.starts_with("both "))
-                && l.split(':')
-                    .next()
-                    .and_then(|h| h.split_once(' '))
-                    .map(|(_, w)| w.trim())
-                    == Some(kind.name())
-        });
-        if !skipped {
-            assert!(
-                coverage.actions.get(kind.name()).copied().unwrap_or(0) > 0,
-                "no {} action was generated",
-                kind.name()
-            );
-        }
+    for kind in required_kinds(Mode::Real) {
+        assert!(
+            coverage.actions.get(kind.name()).copied().unwrap_or(0) > 0,
+            "no {} action was generated",
+            kind.name()
+        );
     }
     assert!(
         coverage.observations.values().sum::<usize>() > 0,
