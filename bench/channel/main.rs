@@ -36,6 +36,10 @@
 //!    during the rounds), first with identity 0's ordinary session only (the
 //!    baseline), then with a second session of identity 0 whose GET stream is opened
 //!    on a socket with a 4 KiB receive buffer and never read.
+//! 7. **Restart from a journal** (`restart.rs`, `cost_curve.restart`): a journal of
+//!    100,000 inputs (quick: 2,000) generated with the server's own `Journal`, and
+//!    the time `recover_channel` takes on it, against the same state from a snapshot
+//!    alone; in process, median of 5.
 //!
 //! Writes `$MC_BENCH_OUT/channel.json` (default `target/bench/` in the repository; the
 //! schema is `mc_bench::Channel`). `MC_BENCH_QUICK=1` runs a few rounds of each,
@@ -52,6 +56,7 @@ mod harness;
 mod client;
 mod curve;
 mod raw;
+mod restart;
 
 use anyhow::{bail, Context};
 use client::Arrival;
@@ -89,6 +94,8 @@ struct Plan {
     stuck_rounds: usize,
     /// Large messages sent to the stuck identity's room before each phase's rounds.
     stuck_prefill: usize,
+    /// Inputs in the journal the restart is timed from.
+    restart_inputs: u64,
     /// At most this many large messages per phase, prefill included.
     stuck_flood: usize,
 }
@@ -120,6 +127,7 @@ impl Plan {
                 stuck_rounds: 5,
                 stuck_prefill: 3,
                 stuck_flood: 10,
+                restart_inputs: 2_000,
             }
         } else {
             Plan {
@@ -136,6 +144,7 @@ impl Plan {
                 stuck_rounds: 100,
                 stuck_prefill: 150,
                 stuck_flood: 600,
+                restart_inputs: 100_000,
             }
         })
     }
@@ -323,6 +332,15 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
     let (many_kib, identities, sessions) = (many.kib, many.identities, many.sessions);
     eprintln!("bench: {identities} identities and {sessions} sessions: {many_kib} KiB");
 
+    // 4c. Restart from a journal (in process: no homeserver, no server).
+    let restart = tokio::task::spawn_blocking(move || restart::measure(plan.restart_inputs))
+        .await
+        .context("the restart measurement")??;
+    eprintln!(
+        "bench: restart from a journal of {} inputs: {:.0} ms (reading {:.0} ms; from a snapshot alone {:.1} ms)",
+        restart.inputs, restart.journal_ms, restart.read_ms, restart.snapshot_ms
+    );
+
     let channel = summary(&channel_ms);
     let raw_sync = summary(&raw_ms);
     let results = mc_bench::Channel {
@@ -355,6 +373,7 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
             sizes,
             identities: Some(many.point),
             stuck_client: Some(many.stuck),
+            restart: Some(restart),
         }),
         wall_s: Some(started.elapsed().as_secs_f64()),
     };

@@ -43,7 +43,7 @@ mod table;
 
 pub use histogram::{histogram_svg, shared_bins, Bins, CHANNEL_COLOR, RAW_SYNC_COLOR};
 pub use readme::{replace_table, update_readme, MarkerError, END_MARKER, START_MARKER};
-pub use table::{table, RESTART_PLACEHOLDER};
+pub use table::{table, RESTART_NOT_MEASURED};
 
 /// The file name of the core benchmark's results in a results directory.
 pub const CORE_FILE: &str = "core.json";
@@ -362,6 +362,39 @@ pub struct CostCurve {
     pub identities: Option<CurvePoint>,
     /// Another identity's push latency while one session stops reading.
     pub stuck_client: Option<StuckClient>,
+    /// The start's recovery from a journal of many inputs (absent in older files).
+    #[serde(default)]
+    pub restart: Option<Restart>,
+}
+
+/// `cost_curve.restart`: recovering the model's state at start from a journal of
+/// `inputs` inputs (no snapshot between), against the same state from a snapshot
+/// alone; each time the median of `runs` (bench/channel/restart.rs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Restart {
+    /// Inputs in the journal after its snapshot: half a person's messages, half the
+    /// `Sent` outcomes of their pushes.
+    pub inputs: u64,
+    /// Bytes of the journal's files (the database and its write-ahead log).
+    pub journal_bytes: u64,
+    /// Bytes of the recovered state's JSON (what the snapshot holds).
+    pub state_bytes: u64,
+    /// Timed runs of each measurement.
+    pub runs: u64,
+    /// Opening the journal and recovering from it: read, check, parse and replay
+    /// every input (ms).
+    #[serde(deserialize_with = "nullable")]
+    pub journal_ms: f64,
+    /// Of which opening and reading, checking and parsing the rows (ms).
+    #[serde(deserialize_with = "nullable")]
+    pub read_ms: f64,
+    /// The baseline: opening a journal that holds the same state as its snapshot
+    /// and no rows, and recovering from it (ms).
+    #[serde(deserialize_with = "nullable")]
+    pub snapshot_ms: f64,
+    /// `journal_ms ÷ snapshot_ms`.
+    #[serde(deserialize_with = "nullable")]
+    pub ratio: f64,
 }
 
 /// One point of the cost curve: push latency against the raw `/sync` client, and

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use mc_bench::{
     histogram_svg, load, shared_bins, table, write_report, Error, Results, CHANNEL_FILE, CORE_FILE,
-    RESTART_PLACEHOLDER, RESULTS_FILE, SVG_FILE, TABLE_FILE,
+    RESTART_NOT_MEASURED, RESULTS_FILE, SVG_FILE, TABLE_FILE,
 };
 
 fn data() -> PathBuf {
@@ -192,15 +192,37 @@ fn each_target_is_judged_met_or_a_gap_from_the_numbers_of_the_run() {
 }
 
 #[test]
-fn the_restart_from_a_journal_is_a_placeholder_without_a_number() {
+fn the_restart_from_a_journal_has_a_row_and_a_target_that_flips_at_2_s() {
     let t = table(&sample());
+    for row in [
+        "| restart from a journal of 100,000 inputs (ms, median of 5; 21.3 MiB of journal, a 3.0 MiB state; reading and checking the rows 410.0 ms; baseline: the same state from a snapshot alone) | 1480.0 | 52.5 | 28.19 |",
+        "| restart from a journal of 100,000 inputs | < 2 s | 1.48 s | met |",
+    ] {
+        assert!(t.contains(row), "no row {row:?} in\n{t}");
+    }
+    let dir = edited_channel("restart_slow", |v| {
+        v["cost_curve"]["restart"]["journal_ms"] = 2_600.0.into();
+    });
+    let t = table(&load(&dir).unwrap());
     assert!(
-        t.contains(&format!("| {RESTART_PLACEHOLDER} | — | — | — |")),
+        t.contains(
+            "| restart from a journal of 100,000 inputs | < 2 s | 2.60 s | gap: 0.60 s over |"
+        ),
         "{t}"
     );
-    assert!(t.contains("restart from journal: not measured yet"), "{t}");
+    // An older results file without the measurement says so, with no number.
+    let dir = edited_channel("restart_absent", |v| {
+        v["cost_curve"].as_object_mut().unwrap().remove("restart");
+    });
+    let t = table(&load(&dir).unwrap());
     assert!(
-        t.contains("| restart from a journal of 100,000 inputs | — | not measured yet |"),
+        t.contains(&format!("| {RESTART_NOT_MEASURED} | — | — | — |")),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "| restart from a journal of 100,000 inputs | < 2 s | not measured | not measured |"
+        ),
         "{t}"
     );
 }
@@ -218,7 +240,7 @@ fn without_a_cost_curve_it_is_named_missing_and_no_target_is_judged() {
     let t = table(&results);
     assert!(!t.contains("| push p50 / p90 / p99 with"), "{t}");
     assert!(!t.contains("| target (issue 13)"), "{t}");
-    assert!(t.contains("restart from journal: not measured yet"), "{t}");
+    assert!(t.contains(RESTART_NOT_MEASURED), "{t}");
 }
 
 #[test]
