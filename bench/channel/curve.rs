@@ -210,6 +210,11 @@ impl Meter {
         })
     }
 
+    /// Inputs the engine had handled when read.
+    pub fn inputs(&self) -> u64 {
+        self.inputs
+    }
+
     /// What happened from `before` to `self`, per input.
     pub fn since(&self, before: &Meter) -> mc_bench::InputCost {
         let inputs = self.inputs.saturating_sub(before.inputs);
@@ -254,6 +259,7 @@ pub fn point(
         channel,
         raw_sync,
         cost,
+        by_file: None,
     }
 }
 
@@ -365,5 +371,65 @@ impl StuckSession {
             }
         }
         bail!("the stuck socket ({local}) is not in /proc/net/tcp")
+    }
+}
+
+/// strace attached to the serving process, recording its write calls by file. The
+/// tracer slows every system call: no latency is measured while it is attached.
+pub struct Traced {
+    child: tokio::process::Child,
+    out: tempfile::NamedTempFile,
+}
+
+impl Traced {
+    /// Attaches to `pid`; `None` when strace is not installed or cannot attach
+    /// (ptrace not permitted).
+    pub async fn attach(pid: u32) -> Option<Traced> {
+        let out = tempfile::NamedTempFile::new().ok()?;
+        let child = tokio::process::Command::new("strace")
+            .args(["-f", "-qq", "-y", "-s", "0"])
+            .args(["-e", "trace=write,pwrite64,writev,pwritev,pwritev2"])
+            .arg("-o")
+            .arg(out.path())
+            .arg("-p")
+            .arg(pid.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .ok()?;
+        let mut traced = Traced { child, out };
+        // Attaching to every thread takes a moment; strace writes nothing until then.
+        for _ in 0..50 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            if let Ok(Some(_)) = traced.child.try_wait() {
+                return None;
+            }
+            if std::fs::metadata(traced.out.path()).is_ok_and(|m| m.len() > 0) {
+                return Some(traced);
+            }
+        }
+        // Attached, but the process wrote nothing in 5 s: still usable.
+        traced
+            .child
+            .try_wait()
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(traced)
+    }
+
+    /// Detaches (SIGINT: strace lets the process go on) and sums what was written.
+    pub async fn detach(mut self) -> anyhow::Result<mc_bench::trace::Written> {
+        if let Some(pid) = self.child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status()
+                .await;
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), self.child.wait()).await;
+        let text = std::fs::read_to_string(self.out.path()).context("reading strace's output")?;
+        Ok(mc_bench::trace::parse(&text))
     }
 }

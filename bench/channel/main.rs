@@ -96,6 +96,8 @@ struct Plan {
     stuck_prefill: usize,
     /// Inputs in the journal the restart is timed from.
     restart_inputs: u64,
+    /// Unmeasured pushes per point of the cost curve with strace attached.
+    traced_rounds: usize,
     /// At most this many large messages per phase, prefill included.
     stuck_flood: usize,
 }
@@ -128,6 +130,7 @@ impl Plan {
                 stuck_prefill: 3,
                 stuck_flood: 10,
                 restart_inputs: 2_000,
+                traced_rounds: 5,
             }
         } else {
             Plan {
@@ -145,6 +148,7 @@ impl Plan {
                 stuck_prefill: 150,
                 stuck_flood: 600,
                 restart_inputs: 100_000,
+                traced_rounds: 50,
             }
         })
     }
@@ -314,7 +318,15 @@ async fn run(plan: Plan) -> anyhow::Result<()> {
         )
         .await?;
         let after = curve::Meter::read(&server, &token).await?;
-        let point = curve::point(entries, 1, &c, &r, after.since(&before));
+        let mut point = curve::point(entries, 1, &c, &r, after.since(&before));
+        point.by_file = written_by_file(
+            &server,
+            &token,
+            (&format!("curve{entries}t-{nonce}"), &ann, &room),
+            plan.traced_rounds,
+            &mut arrivals,
+        )
+        .await?;
         eprintln!(
             "bench: cost curve at {entries} log entries: p50 {:.1} ms (raw {:.1}), {:.0} bytes written and {:.0} µs in the engine per input",
             point.channel.p50,
@@ -948,6 +960,47 @@ async fn push_samples(
         tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 30)).await;
     }
     Ok((channel_ms, raw_ms))
+}
+
+/// Where the server's write calls went per input, by file, over `rounds` unmeasured
+/// pushes with strace attached (a tracer slows every system call, so no latency is
+/// taken meanwhile). `None` when strace is missing or cannot attach.
+async fn written_by_file(
+    server: &Server,
+    token: &str,
+    (label, sender, room): (&str, &Human, &str),
+    rounds: usize,
+    arrivals: &mut UnboundedReceiver<Arrival>,
+) -> anyhow::Result<Option<mc_bench::WrittenByFile>> {
+    if mc_bench::trace::JOURNAL_FILE != mc_server::journal::JOURNAL_FILE {
+        bail!("mc_bench::trace::JOURNAL_FILE is not the journal's file name");
+    }
+    let pid = server.pid().context("serve is running")?;
+    let Some(traced) = curve::Traced::attach(pid).await else {
+        eprintln!(
+            "bench: strace is missing or cannot attach: the bytes written are not split by file"
+        );
+        return Ok(None);
+    };
+    let before = curve::Meter::read(server, token).await?;
+    push_samples(
+        label,
+        sender,
+        room,
+        (rounds, 0),
+        &mut [arrivals],
+        None,
+        None,
+    )
+    .await?;
+    let after = curve::Meter::read(server, token).await?;
+    let written = traced.detach().await?;
+    let by_file = written.per_input(after.inputs().saturating_sub(before.inputs()));
+    eprintln!(
+        "bench: written per input by file: journal {:.0}, store {:.0}, matrix-sdk stores {:.0}, log {:.0}, other {:.0} bytes",
+        by_file.journal, by_file.store, by_file.sdk_stores, by_file.log, by_file.other_files
+    );
+    Ok(Some(by_file))
 }
 
 /// The wall clock in Unix milliseconds (the server's clock for the model).

@@ -45,6 +45,8 @@ pub use histogram::{histogram_svg, shared_bins, Bins, CHANNEL_COLOR, RAW_SYNC_CO
 pub use readme::{replace_table, update_readme, MarkerError, END_MARKER, START_MARKER};
 pub use table::{table, RESTART_NOT_MEASURED};
 
+pub mod trace;
+
 /// The file name of the core benchmark's results in a results directory.
 pub const CORE_FILE: &str = "core.json";
 /// The file name of the end-to-end benchmark's results in a results directory.
@@ -415,6 +417,33 @@ pub struct CurvePoint {
     pub ratio: Ratios,
     /// What the server spent per input over the phase.
     pub cost: InputCost,
+    /// Where its write calls went, from a phase of its own with strace attached
+    /// (absent when strace is missing or cannot attach, and in older files).
+    #[serde(default)]
+    pub by_file: Option<WrittenByFile>,
+}
+
+/// `CurvePoint::by_file`: bytes passed to write calls per input, by the file they
+/// wrote (`trace::Written`), over a phase of unmeasured pushes with strace attached.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WrittenByFile {
+    /// Inputs the engine handled in that phase.
+    pub inputs: u64,
+    /// The journal (`journal.sqlite3` and its WAL), bytes per input.
+    #[serde(deserialize_with = "nullable")]
+    pub journal: f64,
+    /// The server's store (`matrix-channel.sqlite3` and its WAL), bytes per input.
+    #[serde(deserialize_with = "nullable")]
+    pub store: f64,
+    /// The matrix-sdk stores (state, event cache, crypto), bytes per input.
+    #[serde(deserialize_with = "nullable")]
+    pub sdk_stores: f64,
+    /// Log files and the terminal, bytes per input.
+    #[serde(deserialize_with = "nullable")]
+    pub log: f64,
+    /// Any other file, bytes per input.
+    #[serde(deserialize_with = "nullable")]
+    pub other_files: f64,
 }
 
 /// Deltas over one measured phase, per input the engine handled.

@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::{
-    Channel, Core, CostCurve, InputCost, Ratios, Results, Summary, CHANNEL_FILE, CORE_FILE,
+    Channel, Core, CostCurve, InputCost, Ratios, Results, Summary, WrittenByFile, CHANNEL_FILE,
+    CORE_FILE,
 };
 
 /// Renders the report as Markdown, for `table.md` and the README:
@@ -300,6 +301,29 @@ fn curve_rows(curve: &CostCurve, rows: &mut Vec<Row>) {
             times(cost.write_bytes_per_input / base),
         ));
     }
+    let empty_split = curve.sizes.first().and_then(|p| p.by_file);
+    for p in &curve.sizes {
+        let Some(w) = p.by_file else { continue };
+        let split = |w: &WrittenByFile| {
+            format!(
+                "{} / {} / {} / {}",
+                bytes(w.journal),
+                bytes(w.store),
+                bytes(w.sdk_stores),
+                bytes(w.log + w.other_files)
+            )
+        };
+        rows.push(Row::new(
+            format!(
+                "write calls per input by file with {} log entries (journal / server store / matrix-sdk stores / logs and other; strace, {} inputs; baseline: the empty log)",
+                count(p.log_entries),
+                count(w.inputs)
+            ),
+            split(&w),
+            empty_split.as_ref().map_or(DASH.to_owned(), split),
+            times(ours(&w) / empty_split.as_ref().map_or(f64::NAN, ours)),
+        ));
+    }
     for (what, cost) in &points {
         let total = |c: &InputCost| c.handle_us_per_input + c.persist_us_per_input;
         rows.push(Row::new(
@@ -337,6 +361,12 @@ fn curve_rows(curve: &CostCurve, rows: &mut Vec<Row>) {
             ratio_triple(&s.ratio),
         ));
     }
+}
+
+/// What matrix-channel's own persistence wrote per input: the journal and the
+/// server's store (the matrix-sdk stores and the logs are not ours).
+fn ours(w: &WrittenByFile) -> f64 {
+    w.journal + w.store
 }
 
 /// One line of the targets table.
@@ -405,7 +435,8 @@ fn targets(curve: &CostCurve) -> Vec<Target> {
         };
         let b = worst.cost.write_bytes_per_input;
         out.push(Target {
-            target: "disk written per input (write_bytes, the worst point)".to_owned(),
+            target: "disk written per input by the whole process (write_bytes, the worst point)"
+                .to_owned(),
             limit: "< 4 KiB".to_owned(),
             measured: format!("{} (with {where_})", bytes(b)),
             verdict: if b < 4096.0 {
@@ -415,6 +446,37 @@ fn targets(curve: &CostCurve) -> Vec<Target> {
             },
         });
     }
+    let split = curve
+        .sizes
+        .iter()
+        .filter_map(|p| p.by_file.map(|w| (p.log_entries, w)))
+        .max_by(|a, b| ours(&a.1).total_cmp(&ours(&b.1)));
+    out.push(match split {
+        Some((entries, w)) => {
+            let b = ours(&w);
+            Target {
+                target: "written per input by the journal and the server's store (write calls, strace; the worst point)".to_owned(),
+                limit: "< 4 KiB".to_owned(),
+                measured: format!(
+                    "{} (with {} log entries; matrix-sdk's stores {} more)",
+                    bytes(b),
+                    count(entries),
+                    bytes(w.sdk_stores)
+                ),
+                verdict: if b < 4096.0 {
+                    "met".to_owned()
+                } else {
+                    verdict(b, 4096.0, bytes)
+                },
+            }
+        }
+        None => Target {
+            target: "written per input by the journal and the server's store (write calls, strace; the worst point)".to_owned(),
+            limit: "< 4 KiB".to_owned(),
+            measured: "not measured (no strace)".to_owned(),
+            verdict: "not measured".to_owned(),
+        },
+    });
     if let Some(s) = &curve.stuck_client {
         let added = s.with.p99 - s.without.p99;
         let show = |x: f64| format!("{} ms", ms(x));
