@@ -536,7 +536,10 @@ mod tests {
         assert_eq!(page_size(&store), STORE_PAGE_SIZE);
         store.append_event("s", Some("a push"), None, 10).unwrap();
         drop(store);
-        assert_eq!(page_size(&Store::open(dir.path()).unwrap()), STORE_PAGE_SIZE);
+        assert_eq!(
+            page_size(&Store::open(dir.path()).unwrap()),
+            STORE_PAGE_SIZE
+        );
         // A store made with SQLite's default pages opens, keeps them and its events.
         let old = tempdir::Dir::new();
         {
