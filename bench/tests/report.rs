@@ -165,6 +165,7 @@ fn each_target_is_judged_met_or_a_gap_from_the_numbers_of_the_run() {
         "| push p99 with 10,000 log entries ÷ with an empty log | ≤ 1.10× | 1.25× | gap: 0.15× over |",
         "| push p50 ÷ raw /sync p50 (empty log) | ≤ 1.30× | 1.20× | met |",
         "| push p99 ÷ raw /sync p99 (empty log) | ≤ 1.50× | 1.25× | met |",
+        "| burst of 2,000: lag after the last send ÷ the raw client's | ≤ 1.50× | 2.50× | gap: 1.00× over |",
         "| disk written per input by the whole process (write_bytes, the worst point) | < 4 KiB | 1.4 MiB (with 10,000 log entries) | gap: 1.4 MiB over |",
         "| added by a stuck client to another identity's push p99 | < 5 ms | 3.5 ms | met |",
         "| written per input by the journal and the server's store (write calls, strace; the worst point) | < 4 KiB | 2.7 KiB (with 10,000 log entries; matrix-sdk's stores 21.0 KiB more) | met |",
@@ -182,11 +183,13 @@ fn each_target_is_judged_met_or_a_gap_from_the_numbers_of_the_run() {
         }
         curve["identities"]["cost"]["write_bytes_per_input"] = 4095.0.into();
         curve["sizes"][0]["by_file"]["store"] = 3500.0.into();
+        v["burst"]["channel_s"] = 8.35.into();
     });
     let t = table(&load(&dir).unwrap());
     for row in [
         "| push p50 with 10,000 log entries ÷ with an empty log | ≤ 1.10× | 1.05× | met |",
         "| push p99 ÷ raw /sync p99 (empty log) | ≤ 1.50× | 1.60× | gap: 0.10× over |",
+        "| burst of 2,000: lag after the last send ÷ the raw client's | ≤ 1.50× | 1.25× | met |",
         "| disk written per input by the whole process (write_bytes, the worst point) | < 4 KiB | 4.0 KiB (with 10 identities) | met |",
         "| added by a stuck client to another identity's push p99 | < 5 ms | 14.0 ms | gap: 9.0 ms over |",
         "| written per input by the journal and the server's store (write calls, strace; the worst point) | < 4 KiB | 4.5 KiB (with 0 log entries; matrix-sdk's stores 20.0 KiB more) | gap: 504 B over |",
