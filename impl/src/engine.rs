@@ -403,14 +403,40 @@ enum Outbound {
 /// them back in its queue in order, behind the failed one); notifications made
 /// after the session attached again are written. The attachment is counted from
 /// the model's own inputs ([`Input::Attach`]).
+///
+/// A detached session's queue is released ([`Input::Detach`]): its task writes what
+/// was queued before the detach, then ends. A queue made for the same session later
+/// starts writing only once that task has ended, so the order holds across a
+/// re-attach, and a server that has seen many sessions keeps no task for each.
+#[derive(Default)]
 struct SessionQueues {
-    queues: std::collections::BTreeMap<SessionId, (u64, mpsc::UnboundedSender<(u64, Outbound)>)>,
+    queues: std::collections::BTreeMap<SessionId, SessionQueue>,
+    /// The tasks of released queues, still writing what was queued before the detach.
+    retiring: std::collections::BTreeMap<SessionId, tokio::task::JoinHandle<()>>,
+}
+
+struct SessionQueue {
+    /// The session's attachments counted so far, the current one last.
+    attachment: u64,
+    items: mpsc::UnboundedSender<(u64, Outbound)>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl SessionQueues {
     fn attached(&mut self, session: &SessionId) {
-        if let Some((attachment, _)) = self.queues.get_mut(session) {
-            *attachment += 1;
+        if let Some(queue) = self.queues.get_mut(session) {
+            queue.attachment += 1;
+        }
+    }
+
+    /// Releases `session`'s queue: its task ends once it has written what is queued.
+    fn detached(&mut self, session: &SessionId) {
+        self.retiring.retain(|_, task| !task.is_finished());
+        if let Some(SessionQueue { items, task, .. }) = self.queues.remove(session) {
+            drop(items);
+            // A queue made after an earlier release waited for that one's task, so
+            // this task is the last to end of the two: it is the one to wait for.
+            self.retiring.insert(session.clone(), task);
         }
     }
 
@@ -421,13 +447,25 @@ impl SessionQueues {
         session: SessionId,
         item: Outbound,
     ) {
-        let (attachment, queue) = self.queues.entry(session.clone()).or_insert_with(|| {
-            let (queue, items) = mpsc::unbounded_channel();
-            tokio::spawn(drain(wire.clone(), engine.clone(), session, items));
-            (0, queue)
+        let retiring = &mut self.retiring;
+        let queue = self.queues.entry(session.clone()).or_insert_with(|| {
+            let (items, receiver) = mpsc::unbounded_channel();
+            let before = retiring.remove(&session);
+            let (wire, engine) = (wire.clone(), engine.clone());
+            let task = tokio::spawn(async move {
+                if let Some(before) = before {
+                    let _ = before.await;
+                }
+                drain(wire, engine, session, receiver).await;
+            });
+            SessionQueue {
+                attachment: 0,
+                items,
+                task,
+            }
         });
-        // The task ends only when its queue is dropped, which this map never does.
-        let _ = queue.send((*attachment, item));
+        // The task ends only once the queue is released (`detached`).
+        let _ = queue.items.send((queue.attachment, item));
     }
 }
 
@@ -498,9 +536,7 @@ pub fn spawn<W: Wire, P: Persist>(
         persist,
         clock,
         stopped: false,
-        sessions: SessionQueues {
-            queues: Default::default(),
-        },
+        sessions: SessionQueues::default(),
         rooms: RoomLanes::new(),
     };
     let task = tokio::spawn(async move {
@@ -610,8 +646,10 @@ impl<W: Wire, P: Persist> Engine<W, P> {
     /// `Effect::Dropped` among its effects).
     async fn step(&mut self, input: Input) -> bool {
         tracing::debug!(?input, "input");
-        if let Input::Attach { session, .. } = &input {
-            self.sessions.attached(session);
+        match &input {
+            Input::Attach { session, .. } => self.sessions.attached(session),
+            Input::Detach { session, .. } => self.sessions.detached(session),
+            _ => {}
         }
         let now = (self.clock)();
         let started = std::time::Instant::now();
@@ -856,6 +894,8 @@ mod tests {
         /// The next notification to each of these sessions fails, once.
         fail_once: Mutex<Vec<String>>,
         write_fails: Mutex<bool>,
+        /// Each notification to this session waits for a permit of the semaphore.
+        gate: Mutex<Option<(String, Arc<tokio::sync::Semaphore>)>>,
     }
 
     #[async_trait]
@@ -869,6 +909,11 @@ mod tests {
             if self.hanging.lock().unwrap().contains(&session.0) {
                 self.calls.lock().unwrap().push(format!("hung {session}"));
                 std::future::pending::<()>().await;
+            }
+            let gate = self.gate.lock().unwrap().clone();
+            if let Some((gated, gate)) = gate.filter(|(gated, _)| *gated == session.0) {
+                let _ = gated;
+                gate.acquire().await.unwrap().forget();
             }
             let mut once = self.fail_once.lock().unwrap();
             if let Some(i) = once.iter().position(|s| *s == session.0) {
@@ -1593,5 +1638,59 @@ mod tests {
                 ("s2".to_owned(), json!("$m3")),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_detached_sessions_queue_ends_once_written_and_a_new_one_waits_for_it() {
+        let wire = Arc::new(FakeWire::default());
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *wire.gate.lock().unwrap() = Some(("s1".into(), gate.clone()));
+        let (engine, mut completions) = mpsc::unbounded_channel();
+        let mut queues = SessionQueues::default();
+        let s1 = SessionId("s1".into());
+        let item = |n: u64| Outbound::Notify {
+            id: EffectId(n),
+            method: "notifications/claude/channel",
+            params: json!({ "n": n }),
+        };
+        queues.send(&wire, &engine, s1.clone(), item(1));
+        queues.detached(&s1);
+        assert!(
+            queues.queues.is_empty(),
+            "a detached session keeps no queue"
+        );
+        // The session comes back while its first push is still being written.
+        queues.send(&wire, &engine, s1.clone(), item(2));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(wire.notified.lock().unwrap().is_empty());
+        gate.add_permits(2);
+        for _ in 0..2 {
+            completions.recv().await.expect("an outcome");
+        }
+        let order: Vec<Value> = wire
+            .notified
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, _, params)| params["n"].clone())
+            .collect();
+        assert_eq!(
+            order,
+            [json!(1), json!(2)],
+            "the order holds across a re-attach"
+        );
+        // Released and written: no task is left for the session.
+        queues.detached(&s1);
+        let task = queues
+            .retiring
+            .remove(&s1)
+            .expect("the released queue's task");
+        tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("a released queue's task ends once its queue is written")
+            .unwrap();
+        assert!(queues.queues.is_empty());
     }
 }
