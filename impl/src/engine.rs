@@ -894,7 +894,7 @@ mod tests {
         /// The next notification to each of these sessions fails, once.
         fail_once: Mutex<Vec<String>>,
         write_fails: Mutex<bool>,
-        /// Each notification to this session waits for a permit of the semaphore.
+        /// The next notification to this session waits for a permit of the semaphore.
         gate: Mutex<Option<(String, Arc<tokio::sync::Semaphore>)>>,
     }
 
@@ -910,9 +910,14 @@ mod tests {
                 self.calls.lock().unwrap().push(format!("hung {session}"));
                 std::future::pending::<()>().await;
             }
-            let gate = self.gate.lock().unwrap().clone();
-            if let Some((gated, gate)) = gate.filter(|(gated, _)| *gated == session.0) {
-                let _ = gated;
+            let gate = {
+                let mut gate = self.gate.lock().unwrap();
+                match &*gate {
+                    Some((gated, _)) if *gated == session.0 => gate.take(),
+                    _ => None,
+                }
+            };
+            if let Some((_, gate)) = gate {
                 gate.acquire().await.unwrap().forget();
             }
             let mut once = self.fail_once.lock().unwrap();
@@ -1665,7 +1670,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(wire.notified.lock().unwrap().is_empty());
-        gate.add_permits(2);
+        gate.add_permits(1);
         for _ in 0..2 {
             completions.recv().await.expect("an outcome");
         }
