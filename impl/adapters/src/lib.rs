@@ -5,5 +5,6 @@
 //! `mc_server` re-exports the four modules under the same names.
 pub mod config;
 pub mod decode;
+pub mod origin;
 pub mod split;
 pub mod summary;
