@@ -146,6 +146,40 @@ impl Peers {
     }
 }
 
+/// Refuses, before the token is read, a request whose `Host` (or, without one, the
+/// request line's authority, as HTTP/2 sends it) or `Origin` the config does not
+/// allow: 403 with `{"error": "forbidden", "message"}` naming the config key
+/// ([`mc_adapters::origin::Guard`]; the MCP transport's DNS rebinding rule). rmcp
+/// checks the Host again inside; this layer puts both checks before the bearer
+/// token, so an unauthenticated page learns nothing from a 401 either.
+pub async fn guard_host_and_origin(
+    State(guard): State<Arc<mc_adapters::origin::Guard>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+    let origin = req.headers().get(header::ORIGIN).map(HeaderValue::as_bytes);
+    if let Err(refusal) = guard.check(host.as_deref(), origin) {
+        tracing::warn!(
+            host = host.as_deref().unwrap_or(""),
+            origin = %String::from_utf8_lossy(origin.unwrap_or_default()),
+            "refused a request: {}",
+            refusal.message()
+        );
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(serde_json::json!({"error": "forbidden", "message": refusal.message()})),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
 fn unauthorized(message: &str) -> Response {
     let mut response = (
         StatusCode::UNAUTHORIZED,
@@ -935,6 +969,71 @@ mod tests {
             .oneshot(req.body(Body::empty()).unwrap())
             .await
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_host_or_origin_not_allowed_is_403_before_the_token_is_read() {
+        let store = store();
+        let token = store.create_token("a", "").unwrap();
+        let guard = mc_adapters::origin::Guard::new(
+            &["localhost".to_owned(), "127.0.0.1".to_owned()],
+            None,
+        )
+        .unwrap();
+        let app = app(store).layer(axum::middleware::from_fn_with_state(
+            Arc::new(guard),
+            guard_host_and_origin,
+        ));
+        let send = |host: Option<&str>, origin: Option<&str>, token: Option<&str>| {
+            let mut req = Request::builder().method("POST").uri("/mcp");
+            if let Some(host) = host {
+                req = req.header(header::HOST, host);
+            }
+            if let Some(origin) = origin {
+                req = req.header(header::ORIGIN, origin);
+            }
+            if let Some(token) = token {
+                req = req.header("authorization", format!("Bearer {token}"));
+            }
+            app.clone().oneshot(req.body(Body::empty()).unwrap())
+        };
+        for token in [Some(token.as_str()), None] {
+            for (host, origin, why) in [
+                (Some("evil.example:8700"), None, "allowed_hosts"),
+                (None, None, "missing or malformed"),
+                (
+                    Some("localhost:8700"),
+                    Some("http://evil.example"),
+                    "allowed_origins",
+                ),
+                (Some("localhost:8700"), Some("null"), "allowed_origins"),
+                (Some("localhost:8700"), Some("not an origin"), "malformed"),
+            ] {
+                let response = send(host, origin, token).await.unwrap();
+                assert_eq!(
+                    response.status(),
+                    StatusCode::FORBIDDEN,
+                    "{host:?} {origin:?} token {}",
+                    token.is_some()
+                );
+                let body = axum::body::to_bytes(response.into_body(), 4096)
+                    .await
+                    .unwrap();
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(body["error"], "forbidden");
+                assert!(body["message"].as_str().unwrap().contains(why), "{body}");
+            }
+        }
+        // An allowed Host with no Origin, or an Origin of an allowed host, goes on to
+        // the token check.
+        for origin in [None, Some("http://localhost:6274")] {
+            let response = send(Some("127.0.0.1:8700"), origin, Some(&token))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{origin:?}");
+            let response = send(Some("127.0.0.1:8700"), origin, None).await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{origin:?}");
+        }
     }
 
     #[tokio::test]

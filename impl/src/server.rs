@@ -391,6 +391,17 @@ pub fn router(
             AuthState::new(store).with_stop(stop),
             authenticate,
         ))
-        // After the layer: `/health` answers liveness without a token.
+        // The outer layer, so it runs first: Host and Origin before the token.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(
+                mc_adapters::origin::Guard::new(
+                    &config.allowed_hosts,
+                    config.allowed_origins.as_deref(),
+                )
+                .expect("the config check parsed allowed_hosts and allowed_origins"),
+            ),
+            crate::http::guard_host_and_origin,
+        ))
+        // After the layers: `/health` answers liveness without a token.
         .merge(crate::http::health_router(health))
 }

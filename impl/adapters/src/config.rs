@@ -35,7 +35,12 @@
 //!   config file, not to the working directory. Default `"state"`.
 //! - `allowed_hosts`: the `Host` header values the HTTP server accepts (a guard
 //!   against DNS rebinding). Default `["localhost", "127.0.0.1", "::1"]`; must not be
-//!   empty.
+//!   empty. Each is a name or address with an optional `:port` ([`crate::origin`]).
+//! - `allowed_origins`: the browser `Origin` header values the HTTP server accepts,
+//!   each `scheme://host[:port]`, `scheme://host:*` or `null` (behind a proxy that
+//!   serves a web client, its origin). Default: an `Origin` whose host is one of
+//!   `allowed_hosts`. A request without `Origin` (every client that is not a
+//!   browser) is always served; one with an origin not allowed gets 403.
 //! - `session_idle_secs`: an MCP session with no request for this many seconds is
 //!   closed; `0` (the default) never closes one.
 //! - `max_download_bytes`: the largest attachment `download_attachment` fetches, in
@@ -143,10 +148,11 @@ pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = 25 * 1024 * 1024;
 /// 404s at error; the default keeps its warnings only.
 pub const DEFAULT_LOG: &str = "info,matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn";
 
-const TOP_KEYS: [&str; 7] = [
+const TOP_KEYS: [&str; 8] = [
     "listen",
     "store_dir",
     "allowed_hosts",
+    "allowed_origins",
     "session_idle_secs",
     "max_download_bytes",
     "log",
@@ -179,6 +185,9 @@ pub struct Config {
     pub store_dir: PathBuf,
     /// Accepted `Host` header values.
     pub allowed_hosts: Vec<String>,
+    /// Accepted `Origin` header values; `None`: an origin whose host is an allowed
+    /// host.
+    pub allowed_origins: Option<Vec<String>>,
     /// Idle MCP sessions are closed after this many seconds; 0 = never.
     pub session_idle_secs: u64,
     /// The `download_attachment` cap, in bytes.
@@ -657,6 +666,21 @@ impl Walk<'_> {
                 }
             }),
         };
+        let allowed_origins = match data.get("allowed_origins") {
+            None => Some(None),
+            Some(v) => self.strings("allowed_origins", v).map(Some),
+        };
+        // Each entry is checked as the server will read it.
+        if let (Some(hosts), Some(origins)) = (&allowed_hosts, &allowed_origins) {
+            if let Err(e) = crate::origin::Guard::new(hosts, origins.as_deref()) {
+                let key = if e.contains("is not a host") {
+                    "allowed_hosts"
+                } else {
+                    "allowed_origins"
+                };
+                self.issue(key, data.get(key), e);
+            }
+        }
         let session_idle_secs = match data.get("session_idle_secs") {
             None => Some(0),
             Some(v) => self.typed::<u64>("session_idle_secs", v),
@@ -698,6 +722,7 @@ impl Walk<'_> {
             listen: listen?,
             store_dir: store_dir?,
             allowed_hosts: allowed_hosts?,
+            allowed_origins: allowed_origins?,
             session_idle_secs: session_idle_secs?,
             max_download_bytes: max_download_bytes?,
             log: log?,
@@ -1863,6 +1888,45 @@ permission_room = "#room:localhost"
         assert!(issue_at(&issues, "log")
             .message
             .starts_with("not a tracing filter: "));
+    }
+
+    #[test]
+    fn allowed_origins_default_to_none_and_each_entry_is_checked() {
+        let config = load(MINIMAL, no_env()).unwrap();
+        assert_eq!(config.allowed_origins, None);
+        let config = load(
+            &format!("allowed_origins = [\"https://app.example.com\", \"null\"]\n{MINIMAL}"),
+            no_env(),
+        )
+        .unwrap();
+        assert_eq!(
+            config.allowed_origins.as_deref(),
+            Some(&["https://app.example.com".to_owned(), "null".to_owned()][..])
+        );
+        for (line, path, message) in [
+            (
+                "allowed_origins = [\"app.example.com\"]",
+                "allowed_origins",
+                "\"app.example.com\" is not an origin",
+            ),
+            (
+                "allowed_origins = \"https://app.example.com\"",
+                "allowed_origins",
+                "",
+            ),
+            (
+                "allowed_hosts = [\"a b\"]",
+                "allowed_hosts",
+                "\"a b\" is not a host",
+            ),
+        ] {
+            let issues = issues(&format!("{line}\n{MINIMAL}"), no_env());
+            assert_eq!(issues.len(), 1, "{line}: {issues:#?}");
+            assert!(
+                issue_at(&issues, path).message.contains(message),
+                "{line}: {issues:#?}"
+            );
+        }
     }
 
     #[test]
