@@ -345,6 +345,33 @@ mod tests {
         ] {
             assert_eq!(check(bad), Err(Refusal::OriginNotAllowed), "{bad}");
         }
+        // An entry without a port means the scheme's default port, for http too.
+        let g = guard(Some(&["http://app.example.com"]));
+        let check = |o: &str| g.check(Some("localhost"), Some(o.as_bytes()));
+        assert_eq!(check("http://app.example.com:80"), Ok(()));
+        assert_eq!(
+            check("http://app.example.com:8080"),
+            Err(Refusal::OriginNotAllowed)
+        );
+        // `null` is served only when it is listed.
+        assert_eq!(check("null"), Err(Refusal::OriginNotAllowed));
+        // A scheme is letters, digits, `+`, `-` and `.`.
+        for bad in ["h_t://localhost", "://localhost", "ht tp://localhost"] {
+            assert_eq!(check(bad), Err(Refusal::BadOrigin), "{bad}");
+        }
+    }
+
+    #[test]
+    fn each_refusal_says_what_was_refused_and_where_to_allow_it() {
+        for (refusal, words) in [
+            (Refusal::BadHost, "Host header is missing or malformed"),
+            (Refusal::HostNotAllowed, "allowed_hosts"),
+            (Refusal::BadOrigin, "Origin header is malformed"),
+            (Refusal::OriginNotAllowed, "allowed_origins"),
+        ] {
+            assert!(refusal.message().starts_with("Forbidden: "), "{refusal:?}");
+            assert!(refusal.message().contains(words), "{refusal:?}");
+        }
     }
 
     #[test]
