@@ -269,3 +269,62 @@ const ALL_TOOLS: [&str; 16] = [
     "room_info",
     "room_members",
 ];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_or_origin_not_allowed_is_403_with_or_without_a_token() {
+    let _permit = scenario_permit().await;
+    let bot = register("origin").await;
+    let human = Human::register("human").await;
+    let server = Server::start(ServerConfig {
+        identities: vec![Identity::new("bot", &bot, &[&human.user_id])],
+        session_idle_secs: None,
+        max_download_bytes: None,
+    })
+    .await;
+    let token = server.token("bot");
+    let send = |host: Option<String>, origin: Option<&'static str>, token: Option<String>| {
+        let url = server.url("/channel");
+        async move {
+            let mut req = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(INITIALIZE);
+            if let Some(host) = host {
+                req = req.header("host", host);
+            }
+            if let Some(origin) = origin {
+                req = req.header("origin", origin);
+            }
+            if let Some(token) = token {
+                req = req.bearer_auth(token);
+            }
+            let resp = req.send().await.expect("POST to the server");
+            let status = resp.status().as_u16();
+            (status, resp.text().await.unwrap_or_default())
+        }
+    };
+    let evil_host = format!("evil.example:{}", server.addr().port());
+    for with_token in [true, false] {
+        let t = || with_token.then(|| token.to_owned());
+        for (host, origin, key) in [
+            (Some(evil_host.clone()), None, "allowed_hosts"),
+            (None, Some("http://evil.example"), "allowed_origins"),
+            (None, Some("null"), "allowed_origins"),
+        ] {
+            let (status, body) = send(host.clone(), origin, t()).await;
+            assert_eq!(
+                status, 403,
+                "{host:?} {origin:?} token {with_token}: {body}"
+            );
+            assert!(body.contains(key), "{body}");
+        }
+    }
+    // No Origin, or one on a loopback host (an inspector on another port): served.
+    for origin in [None, Some("http://localhost:6274")] {
+        let (status, body) = send(None, origin, Some(token.to_owned())).await;
+        assert_eq!(status, 200, "{origin:?}: {body}");
+        let (status, _) = send(None, origin, None).await;
+        assert_eq!(status, 401, "{origin:?} without a token");
+    }
+}
