@@ -1,10 +1,12 @@
 //! The pure parts of the matrix-channel server, in a crate of their own so that
 //! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
 //! config file and its validation (`config`), long messages into parts (`split`), and
-//! what the read tools return for an event (`summary`). No network, no async.
+//! what the read tools return for an event (`summary`), the Host and Origin guard
+//! (`origin`), and what a POST body is before the MCP library reads it (`jsonrpc`). No network, no async.
 //! `mc_server` re-exports the four modules under the same names.
 pub mod config;
 pub mod decode;
+pub mod jsonrpc;
 pub mod origin;
 pub mod split;
 pub mod summary;

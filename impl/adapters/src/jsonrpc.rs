@@ -1,0 +1,401 @@
+//! What a POST body to `/mcp` or `/channel` is, before the MCP library reads it: one
+//! JSON-RPC message, a batch, or something to refuse with a JSON-RPC error.
+//!
+//! Sources:
+//! - JSON-RPC 2.0, sections 4 (request object), 5 (response object), 5.1 (error
+//!   codes: -32700 parse error, -32600 invalid request, -32602 invalid params) and 6
+//!   (batch: an array of messages; an empty array is one invalid request).
+//! - MCP 2025-03-26, Transports, "Sending Messages to the Server": a POST body is one
+//!   message or a batch; batches were added in 2025-03-26 and removed in 2025-06-18
+//!   (its changelog), so a server accepts them on sessions that negotiated
+//!   2025-03-26 and refuses them on later ones. The `initialize` request MUST NOT be
+//!   part of a batch (2025-03-26, Lifecycle).
+//! - MCP Streamable HTTP: a body the server cannot accept gets an HTTP error status
+//!   (400), whose body may be a JSON-RPC error response without an id.
+
+use serde_json::{json, Value};
+
+/// JSON-RPC 2.0 section 5.1: the body is not JSON.
+pub const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC 2.0 section 5.1: the JSON is not a valid request or message.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC 2.0 section 5.1: the method is known but its params do not fit it.
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// The only MCP revision whose streamable HTTP transport takes batches.
+pub const BATCH_REVISION: &str = "2025-03-26";
+
+/// A body refused before it reaches the MCP library: answered with HTTP 400 and
+/// [`Rejection::response`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    /// One of [`PARSE_ERROR`], [`INVALID_REQUEST`], [`INVALID_PARAMS`].
+    pub code: i64,
+    /// What was wrong, for the client's developer.
+    pub message: String,
+    /// The request's `id` when it could be read (a string or number), else `null`.
+    pub id: Value,
+}
+
+impl Rejection {
+    fn new(code: i64, message: impl Into<String>, id: Value) -> Rejection {
+        Rejection {
+            code,
+            message: message.into(),
+            id,
+        }
+    }
+
+    /// The JSON-RPC error response: `{"jsonrpc": "2.0", "id", "error": {"code",
+    /// "message"}}`.
+    pub fn response(&self) -> Value {
+        json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {"code": self.code, "message": self.message},
+        })
+    }
+
+    /// Params that do not fit their method (the MCP library could not read a message
+    /// that [`inspect`] let through): -32602 for a request, with its id; -32600 with
+    /// `id: null` for anything else (notifications and responses get no answer of
+    /// their own, so the HTTP error carries it).
+    pub fn unreadable(message: &Value, detail: &str) -> Rejection {
+        match kind(message) {
+            Some(Kind::Request) => Rejection::new(
+                INVALID_PARAMS,
+                format!("invalid params: {detail}"),
+                message["id"].clone(),
+            ),
+            _ => Rejection::new(
+                INVALID_REQUEST,
+                format!("invalid message: {detail}"),
+                Value::Null,
+            ),
+        }
+    }
+}
+
+/// The JSON-RPC shape of one message that passed [`inspect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Has a `method` and an `id`: it expects a response.
+    Request,
+    /// Has a `method` and no `id`.
+    Notification,
+    /// Has an `id` and exactly one of `result` and `error`: the client answering a
+    /// request of the server's.
+    Response,
+}
+
+/// The kind of one message, or `None` when it is not a JSON-RPC 2.0 message.
+pub fn kind(message: &Value) -> Option<Kind> {
+    check(message).ok()
+}
+
+/// What a POST body is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    /// One message, for the MCP library as it is.
+    Message(Value),
+    /// A batch of at least one message, each valid on its own, in order.
+    Batch(Vec<Value>),
+}
+
+/// Reads a POST body: one JSON-RPC message, or a batch of them.
+///
+/// # Errors
+/// - [`PARSE_ERROR`] when the bytes are not JSON (an empty body included);
+/// - [`INVALID_REQUEST`] when the JSON is not a JSON-RPC 2.0 message (wrong or missing
+///   `jsonrpc`, a `method` that is not a string, an `id` that is neither a string nor
+///   a number, params that are neither an object nor an array, a response with both
+///   or neither of `result` and `error`), when a batch is empty, or when any message
+///   in a batch is invalid (the whole batch is refused, naming the first bad one's
+///   position, so that nothing in it is half done). The rejection keeps the message's
+///   `id` when it is a string or a number.
+pub fn inspect(body: &[u8]) -> Result<Body, Rejection> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Rejection::new(PARSE_ERROR, format!("parse error: {e}"), Value::Null))?;
+    match value {
+        Value::Array(items) if items.is_empty() => Err(Rejection::new(
+            INVALID_REQUEST,
+            "invalid request: an empty batch",
+            Value::Null,
+        )),
+        Value::Array(items) => {
+            for (position, item) in items.iter().enumerate() {
+                if let Err(reason) = check(item) {
+                    return Err(Rejection::new(
+                        INVALID_REQUEST,
+                        format!("invalid request: batch item {position}: {reason}"),
+                        Value::Null,
+                    ));
+                }
+                if item.get("method").and_then(Value::as_str) == Some("initialize") {
+                    return Err(Rejection::new(
+                        INVALID_REQUEST,
+                        "invalid request: initialize must not be part of a batch",
+                        Value::Null,
+                    ));
+                }
+            }
+            Ok(Body::Batch(items))
+        }
+        value => match check(&value) {
+            Ok(_) => Ok(Body::Message(value)),
+            Err(reason) => Err(Rejection::new(
+                INVALID_REQUEST,
+                format!("invalid request: {reason}"),
+                readable_id(&value),
+            )),
+        },
+    }
+}
+
+/// Whether a session that negotiated `revision` (an MCP protocol version,
+/// `YYYY-MM-DD`) may send batches: only 2025-03-26 (see the module's sources).
+pub fn batches_allowed(revision: &str) -> bool {
+    revision == BATCH_REVISION
+}
+
+/// The refusal of a batch on a session that negotiated `revision`, or on no session
+/// (`None`: a batch cannot carry `initialize`, so it cannot open one).
+pub fn batch_refused(revision: Option<&str>) -> Rejection {
+    let why = match revision {
+        Some(revision) => format!("this session negotiated MCP {revision}"),
+        None => "a batch needs a session that negotiated it".to_string(),
+    };
+    Rejection::new(
+        INVALID_REQUEST,
+        format!(
+            "invalid request: JSON-RPC batches are part of MCP {BATCH_REVISION} only, and \
+             {why}: send one message per POST"
+        ),
+        Value::Null,
+    )
+}
+
+fn readable_id(value: &Value) -> Value {
+    match value.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        _ => Value::Null,
+    }
+}
+
+fn check(value: &Value) -> Result<Kind, &'static str> {
+    let Value::Object(object) = value else {
+        return Err("a message is a JSON object");
+    };
+    if object.get("jsonrpc") != Some(&Value::String("2.0".into())) {
+        return Err("\"jsonrpc\" must be \"2.0\"");
+    }
+    let id = match object.get("id") {
+        None => None,
+        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
+        Some(_) => return Err("\"id\" must be a string or a number"),
+    };
+    if let Some(method) = object.get("method") {
+        if !method.is_string() {
+            return Err("\"method\" must be a string");
+        }
+        if !matches!(
+            object.get("params"),
+            None | Some(Value::Object(_) | Value::Array(_))
+        ) {
+            return Err("\"params\" must be an object or an array");
+        }
+        return Ok(if id.is_some() {
+            Kind::Request
+        } else {
+            Kind::Notification
+        });
+    }
+    if id.is_none() {
+        return Err("a message has a \"method\", or is a response with an \"id\"");
+    }
+    match (object.contains_key("result"), object.get("error")) {
+        (true, None) => Ok(Kind::Response),
+        (false, Some(Value::Object(error)))
+            if error.get("code").is_some_and(Value::is_i64)
+                && error.get("message").is_some_and(Value::is_string) =>
+        {
+            Ok(Kind::Response)
+        }
+        (false, Some(_)) => Err("\"error\" must be an object with a code and a message"),
+        _ => Err("a response has exactly one of \"result\" and \"error\""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> Rejection {
+        inspect(body.as_bytes()).expect_err(body)
+    }
+
+    #[test]
+    fn what_is_not_json_is_a_parse_error_with_a_null_id() {
+        for body in ["", "{", "{\"jsonrpc\":\"2.0\",", "not json", "\u{feff}{}"] {
+            let rejection = refused(body);
+            assert_eq!(rejection.code, PARSE_ERROR, "{body:?}");
+            assert_eq!(rejection.id, Value::Null, "{body:?}");
+            assert!(rejection.message.starts_with("parse error: "), "{body:?}");
+        }
+    }
+
+    #[test]
+    fn json_that_is_not_json_rpc_is_an_invalid_request_keeping_a_readable_id() {
+        let cases = [
+            (r#"5"#, Value::Null, "a message is a JSON object"),
+            (r#""x""#, Value::Null, "a message is a JSON object"),
+            (r#"{"id":1,"method":"ping"}"#, json!(1), "\"jsonrpc\" must be"),
+            (
+                r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
+                json!("a"),
+                "\"jsonrpc\" must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+                json!(1),
+                "\"method\" must be a string",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+                Value::Null,
+                "\"id\" must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+                Value::Null,
+                "\"id\" must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":"x"}"#,
+                json!(2),
+                "\"params\" must be",
+            ),
+            (r#"{"jsonrpc":"2.0"}"#, Value::Null, "a message has"),
+            (
+                r#"{"jsonrpc":"2.0","id":3}"#,
+                json!(3),
+                "a response has exactly one",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"result":{},"error":{"code":1,"message":"m"}}"#,
+                json!(3),
+                "a response has exactly one",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":"x","message":"m"}}"#,
+                json!(3),
+                "\"error\" must be",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":1}}"#,
+                json!(3),
+                "\"error\" must be",
+            ),
+        ];
+        for (body, id, reason) in cases {
+            let rejection = refused(body);
+            assert_eq!(rejection.code, INVALID_REQUEST, "{body}");
+            assert_eq!(rejection.id, id, "{body}");
+            assert!(
+                rejection.message.starts_with("invalid request: ")
+                    && rejection.message.contains(reason),
+                "{body}: {}",
+                rejection.message
+            );
+        }
+    }
+
+    #[test]
+    fn each_kind_of_message_passes_as_it_is() {
+        let cases = [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+                Kind::Request,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"x","method":"tools/list","params":{}}"#,
+                Kind::Request,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":-1,"method":"m","params":[1]}"#,
+                Kind::Request,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                Kind::Notification,
+            ),
+            (r#"{"jsonrpc":"2.0","id":4,"result":{}}"#, Kind::Response),
+            (r#"{"jsonrpc":"2.0","id":4,"result":null}"#, Kind::Response),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}"#,
+                Kind::Response,
+            ),
+        ];
+        for (body, expected) in cases {
+            let value: Value = serde_json::from_str(body).unwrap();
+            assert_eq!(inspect(body.as_bytes()), Ok(Body::Message(value.clone())));
+            assert_eq!(kind(&value), Some(expected), "{body}");
+        }
+        assert_eq!(kind(&json!([])), None);
+    }
+
+    #[test]
+    fn a_batch_is_refused_whole_when_it_is_empty_or_any_item_is_bad_or_initialize() {
+        let good = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let empty = refused("[]");
+        assert_eq!(
+            (empty.code, empty.id.clone()),
+            (INVALID_REQUEST, Value::Null)
+        );
+        assert!(empty.message.contains("empty batch"), "{}", empty.message);
+        let bad = refused(&format!("[{good}, {{\"jsonrpc\":\"2.0\",\"id\":7}}]"));
+        assert_eq!((bad.code, bad.id.clone()), (INVALID_REQUEST, Value::Null));
+        assert!(bad.message.contains("batch item 1: "), "{}", bad.message);
+        let init = refused(&format!(
+            "[{good}, {{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{{}}}}]"
+        ));
+        assert!(init.message.contains("initialize"), "{}", init.message);
+        let batch = format!("[{good}, {{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}]");
+        assert_eq!(
+            inspect(batch.as_bytes()),
+            Ok(Body::Batch(vec![
+                serde_json::from_str(good).unwrap(),
+                json!({"jsonrpc": "2.0", "method": "n"}),
+            ]))
+        );
+    }
+
+    #[test]
+    fn only_a_2025_03_26_session_takes_batches() {
+        assert!(batches_allowed("2025-03-26"));
+        for revision in ["2024-11-05", "2025-06-18", "2025-11-25", "2026-07-28", ""] {
+            assert!(!batches_allowed(revision), "{revision}");
+        }
+        let later = batch_refused(Some("2025-11-25"));
+        assert_eq!((later.code, later.id), (INVALID_REQUEST, Value::Null));
+        assert!(later.message.contains("negotiated MCP 2025-11-25"));
+        assert!(batch_refused(None).message.contains("needs a session"));
+    }
+
+    #[test]
+    fn a_message_the_library_cannot_read_is_invalid_params_for_a_request_only() {
+        let request = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": []});
+        let rejection = Rejection::unreadable(&request, "expected a map");
+        assert_eq!(
+            rejection.response(),
+            json!({"jsonrpc": "2.0", "id": 9,
+                   "error": {"code": INVALID_PARAMS, "message": "invalid params: expected a map"}})
+        );
+        let notification = json!({"jsonrpc": "2.0", "method": "notifications/x", "params": []});
+        let rejection = Rejection::unreadable(&notification, "d");
+        assert_eq!(
+            (rejection.code, rejection.id),
+            (INVALID_REQUEST, Value::Null)
+        );
+    }
+}
