@@ -180,6 +180,202 @@ pub async fn guard_host_and_origin(
     next.run(req).await
 }
 
+/// The largest POST body read, in bytes: rmcp's own limit (4 MiB), so a body refused
+/// here for its size would be refused by rmcp too. Larger ones get 413.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The MCP revisions this server negotiates: every one up to 2025-11-25 (a channel
+/// negotiated at 2026-07-28, which has no `initialize`, is not registered by Claude
+/// Code). An `initialize` asking for another one gets the newest (rmcp's
+/// `negotiate_protocol_version`).
+pub fn supported_protocol_versions() -> &'static [rmcp::model::ProtocolVersion] {
+    rmcp::model::ProtocolVersion::known_up_to(&rmcp::model::ProtocolVersion::V_2025_11_25)
+}
+
+/// The revision a session negotiated, from the `initialize` params its
+/// [`SessionStore`] entry keeps; `None` for an unknown session or a torn entry.
+fn negotiated_revision(store: &Store, session: &str) -> Option<String> {
+    let state: SessionState =
+        serde_json::from_str(&store.mcp_session_state(session).ok()??).ok()?;
+    let asked = state.initialize_params.protocol_version;
+    let supported = supported_protocol_versions();
+    Some(if supported.contains(&asked) {
+        asked.as_str().to_owned()
+    } else {
+        rmcp::model::ProtocolVersion::V_2025_11_25
+            .as_str()
+            .to_owned()
+    })
+}
+
+fn bad_request(rejection: &mc_adapters::jsonrpc::Rejection) -> Response {
+    tracing::debug!(
+        code = rejection.code,
+        "refused a POST body: {}",
+        rejection.message
+    );
+    (StatusCode::BAD_REQUEST, axum::Json(rejection.response())).into_response()
+}
+
+/// The POST body of `/mcp` and `/channel`, read before rmcp sees it (rmcp answers
+/// anything it cannot deserialize with 415 and no JSON-RPC error). Runs after
+/// [`authenticate`], on a POST that says `Content-Type: application/json`; anything
+/// else passes unread (rmcp answers a wrong `Accept` with 406 and a wrong
+/// `Content-Type` with 415).
+///
+/// - Not JSON: 400 with a JSON-RPC parse error (-32700); JSON that is not a JSON-RPC
+///   2.0 message: 400 with invalid request (-32600); a request whose params do not fit
+///   its method: 400 with invalid params (-32602), keeping its id
+///   ([`mc_adapters::jsonrpc::inspect`]). Over [`MAX_BODY_BYTES`]: 413.
+/// - A batch (a JSON array): on a session that negotiated 2025-03-26, each message is
+///   handed to rmcp in order, as its own POST on that session, and the answer is one
+///   `application/json` array of the requests' responses (202 when it held only
+///   notifications and responses). Messages the server sends during a batched request
+///   (progress, logs) are not relayed. On any other session, or with none: 400 with
+///   invalid request (-32600). Source: MCP 2025-03-26 and 2025-06-18, Transports.
+pub async fn jsonrpc_body(State(store): State<Store>, req: Request, next: Next) -> Response {
+    let is_json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+    if req.method() != axum::http::Method::POST || !is_json {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(e) => return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            axum::Json(serde_json::json!({
+                "error": "payload_too_large",
+                "message": format!("request body over {MAX_BODY_BYTES} bytes, or unreadable: {e}"),
+            })),
+        )
+            .into_response(),
+    };
+    let items = match mc_adapters::jsonrpc::inspect(&bytes) {
+        Err(rejection) => return bad_request(&rejection),
+        Ok(mc_adapters::jsonrpc::Body::Message(message)) => {
+            if let Err(e) = serde_json::from_value::<ClientJsonRpcMessage>(message.clone()) {
+                return bad_request(&mc_adapters::jsonrpc::Rejection::unreadable(
+                    &message,
+                    &e.to_string(),
+                ));
+            }
+            return next
+                .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await;
+        }
+        Ok(mc_adapters::jsonrpc::Body::Batch(items)) => items,
+    };
+    let session = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok());
+    let revision = session.and_then(|s| negotiated_revision(&store, s));
+    if session.is_none()
+        || !revision
+            .as_deref()
+            .is_some_and(mc_adapters::jsonrpc::batches_allowed)
+    {
+        return bad_request(&mc_adapters::jsonrpc::batch_refused(revision.as_deref()));
+    }
+    for item in &items {
+        if let Err(e) = serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
+            return bad_request(&mc_adapters::jsonrpc::Rejection::unreadable(
+                item,
+                &e.to_string(),
+            ));
+        }
+    }
+    let mut answers = Vec::new();
+    for item in items {
+        let body =
+            axum::body::Body::from(serde_json::to_vec(&item).expect("a JSON value serializes"));
+        let mut one = Request::from_parts(parts.clone(), body);
+        one.headers_mut().remove(header::CONTENT_LENGTH);
+        let response = next.clone().run(one).await;
+        if let Some(answer) = batch_answer(response, &item).await {
+            answers.push(answer);
+        }
+    }
+    if answers.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    axum::Json(serde_json::Value::Array(answers)).into_response()
+}
+
+/// What rmcp's answer to one message of a batch adds to the batch's answer: the
+/// response to a request (from its JSON body, or from the SSE stream that carries
+/// it), nothing for an accepted notification or response, and a JSON-RPC error
+/// naming the HTTP status for anything rmcp refused.
+async fn batch_answer(response: Response, item: &serde_json::Value) -> Option<serde_json::Value> {
+    let id = item.get("id").cloned().unwrap_or(serde_json::Value::Null);
+    let is_request = item.get("method").is_some() && item.get("id").is_some();
+    let status = response.status();
+    if status == StatusCode::ACCEPTED {
+        return None;
+    }
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let failed = |message: String| {
+        Some(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": if is_request { id.clone() } else { serde_json::Value::Null },
+            "error": {"code": -32603, "message": message},
+        }))
+    };
+    if status.is_success() && content_type.starts_with("text/event-stream") {
+        let mut events = sse_stream::SseStream::new(response.into_body());
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else {
+                return failed("the answer's event stream broke".into());
+            };
+            let Some(data) = event.data else { continue };
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(&data) else {
+                continue;
+            };
+            let answers_it = message.get("id") == Some(&id)
+                && (message.get("result").is_some() || message.get("error").is_some());
+            if answers_it {
+                return Some(message);
+            }
+        }
+        return failed("the answer's event stream ended without a response".into());
+    }
+    let body = axum::body::to_bytes(response.into_body(), MAX_BODY_BYTES)
+        .await
+        .unwrap_or_default();
+    if status.is_success() {
+        if let Ok(message) = serde_json::from_slice::<serde_json::Value>(&body) {
+            return Some(message);
+        }
+    }
+    if let Ok(message) = serde_json::from_slice::<serde_json::Value>(&body) {
+        if message.get("error").is_some() && message.get("jsonrpc").is_some() {
+            return Some(message);
+        }
+    }
+    failed(format!(
+        "HTTP {status}: {}",
+        String::from_utf8_lossy(&body)
+            .chars()
+            .take(200)
+            .collect::<String>()
+    ))
+}
+
 fn unauthorized(message: &str) -> Response {
     let mut response = (
         StatusCode::UNAUTHORIZED,

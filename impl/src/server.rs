@@ -388,6 +388,10 @@ pub fn router(
         .nest_service("/mcp", tools)
         .nest_service("/channel", channel)
         .layer(axum::middleware::from_fn_with_state(
+            store.clone(),
+            crate::http::jsonrpc_body,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             AuthState::new(store).with_stop(stop),
             authenticate,
         ))

@@ -249,7 +249,11 @@ mod tests {
         let cases = [
             (r#"5"#, Value::Null, "a message is a JSON object"),
             (r#""x""#, Value::Null, "a message is a JSON object"),
-            (r#"{"id":1,"method":"ping"}"#, json!(1), "\"jsonrpc\" must be"),
+            (
+                r#"{"id":1,"method":"ping"}"#,
+                json!(1),
+                "\"jsonrpc\" must be",
+            ),
             (
                 r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
                 json!("a"),
@@ -313,10 +317,7 @@ mod tests {
     #[test]
     fn each_kind_of_message_passes_as_it_is() {
         let cases = [
-            (
-                r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
-                Kind::Request,
-            ),
+            (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, Kind::Request),
             (
                 r#"{"jsonrpc":"2.0","id":"x","method":"tools/list","params":{}}"#,
                 Kind::Request,

@@ -41,6 +41,35 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use tracing::Instrument as _;
 
+/// Whether `method` is one of the requests a client sends in MCP (rmcp's names for
+/// them, up to 2025-11-25 and the drafts rmcp reads).
+fn standard_request_method(method: &str) -> bool {
+    use rmcp::model::{
+        CallToolRequestMethod, CompleteRequestMethod, ConstString, DiscoverRequestMethod,
+        GetPromptRequestMethod, ListPromptsRequestMethod, ListResourceTemplatesRequestMethod,
+        ListResourcesRequestMethod, ListToolsRequestMethod, PingRequestMethod,
+        ReadResourceRequestMethod, SetLevelRequestMethod, SubscribeRequestMethod,
+        UnsubscribeRequestMethod,
+    };
+    [
+        PingRequestMethod::VALUE,
+        rmcp::model::InitializeResultMethod::VALUE,
+        DiscoverRequestMethod::VALUE,
+        CompleteRequestMethod::VALUE,
+        SetLevelRequestMethod::VALUE,
+        GetPromptRequestMethod::VALUE,
+        ListPromptsRequestMethod::VALUE,
+        ListResourcesRequestMethod::VALUE,
+        ListResourceTemplatesRequestMethod::VALUE,
+        ReadResourceRequestMethod::VALUE,
+        SubscribeRequestMethod::VALUE,
+        UnsubscribeRequestMethod::VALUE,
+        CallToolRequestMethod::VALUE,
+        ListToolsRequestMethod::VALUE,
+    ]
+    .contains(&method)
+}
+
 /// The server `instructions` (the standard MCP field), shown to the model as
 /// context. Claude Code cuts it at 2,048 characters, so the security contract comes
 /// first; a test holds the length.
@@ -243,9 +272,7 @@ impl ServerHandler for McpServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        // A channel negotiated at 2026-07-28 (stateless, no pushes) is not registered
-        // by Claude Code.
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        Cow::Borrowed(crate::http::supported_protocol_versions())
     }
 
     async fn initialize(
@@ -271,6 +298,28 @@ impl ServerHandler for McpServer {
         };
         self.app.peers.insert(&session, context.peer.clone());
         tracing::info!(%session, mount = self.mount.as_str(), identity = ?self.identity.get(), "session initialized");
+    }
+
+    /// rmcp reads a request for one of MCP's own methods whose params do not fit it
+    /// (`tools/call` with `"name": 7`) as a custom request: that is -32602 invalid
+    /// params (JSON-RPC 2.0 section 5.1), naming the method. Any other method is
+    /// -32601, as rmcp answers by default.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        if standard_request_method(&request.method) {
+            return Err(McpError::invalid_params(
+                format!("the params do not fit {}", request.method),
+                None,
+            ));
+        }
+        Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
     }
 
     async fn on_custom_notification(

@@ -16,3 +16,4 @@ mod shutdown;
 mod stream;
 mod sync;
 mod tools;
+mod transport;
