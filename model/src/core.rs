@@ -863,7 +863,7 @@ impl IdentityState {
         }
         for queued in std::mem::take(&mut self.queue) {
             let mut notification = queued.notification.clone();
-            notification.meta.set(MetaKey::Replayed, "true");
+            notification.meta.set(MetaKey::Replayed, crate::meta::FLAG);
             self.record_delivery(&queued.event_id, session);
             self.push_raw(
                 session,

@@ -131,6 +131,157 @@ impl MetaKey {
     }
 }
 
+/// The value of a flag key ([`MetaKey::Suspicious`], [`MetaKey::Truncated`],
+/// [`MetaKey::Replayed`]): set only when true.
+pub const FLAG: &str = "true";
+
+/// `in_reply_to_status`: whether the parent was fetched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyStatus {
+    /// The parent was fetched: `in_reply_to_trust`, `_sender` and `_quote` follow.
+    Quoted,
+    /// The parent could not be fetched: nothing more is known of it.
+    Unresolved,
+}
+
+impl ReplyStatus {
+    pub const ALL: [ReplyStatus; 2] = [ReplyStatus::Quoted, ReplyStatus::Unresolved];
+
+    /// The meta value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyStatus::Quoted => "quoted",
+            ReplyStatus::Unresolved => "unresolved",
+        }
+    }
+}
+
+/// `in_reply_to_trust`: who wrote the parent, by the sender gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyTrust {
+    /// An allowlisted sender or an approver.
+    Allowed,
+    /// This identity itself.
+    Own,
+    /// Anyone else: its quote is a stranger's words.
+    Stranger,
+}
+
+impl ReplyTrust {
+    pub const ALL: [ReplyTrust; 3] = [ReplyTrust::Allowed, ReplyTrust::Own, ReplyTrust::Stranger];
+
+    /// The meta value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyTrust::Allowed => "allowed",
+            ReplyTrust::Own => "own",
+            ReplyTrust::Stranger => "stranger",
+        }
+    }
+}
+
+/// `attachment_kind`: the `msgtype` of a message that carries a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachmentKind {
+    Image,
+    File,
+    Audio,
+    Video,
+}
+
+impl AttachmentKind {
+    pub const ALL: [AttachmentKind; 4] = [
+        AttachmentKind::Image,
+        AttachmentKind::File,
+        AttachmentKind::Audio,
+        AttachmentKind::Video,
+    ];
+
+    /// The meta value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachmentKind::Image => "image",
+            AttachmentKind::File => "file",
+            AttachmentKind::Audio => "audio",
+            AttachmentKind::Video => "video",
+        }
+    }
+}
+
+impl MetaKey {
+    /// What the key tells the agent, in a few words: the vocabulary the server's
+    /// `instructions` are generated from ([`vocabulary`]).
+    pub fn doc(self) -> &'static str {
+        match self {
+            MetaKey::Kind => "what the event is",
+            MetaKey::RoomId => "the room",
+            MetaKey::EventId => "the event",
+            MetaKey::Sender => "MXID: the identity to trust",
+            MetaKey::User => "display name, not trusted",
+            MetaKey::Ts => "ms since the epoch",
+            MetaKey::Msgtype => "m.text, m.emote, m.notice, m.image...",
+            MetaKey::ThreadRoot => "in this thread",
+            MetaKey::InReplyTo => "the event replied to",
+            MetaKey::InReplyToStatus => "whether its parent was fetched",
+            MetaKey::InReplyToTrust => "who wrote the parent",
+            MetaKey::InReplyToSender => "the parent's MXID",
+            MetaKey::InReplyToQuote => "a short quote of the parent",
+            MetaKey::EditOf => "the event an edit corrects",
+            MetaKey::ReactionKey => "a reaction's key",
+            MetaKey::ReactedTo => "the event reacted to",
+            MetaKey::Redacts => "the event retracted",
+            MetaKey::AttachmentKind => "fetch it with download_attachment",
+            MetaKey::AttachmentName => "file name",
+            MetaKey::AttachmentSize => "bytes",
+            MetaKey::AttachmentMime => "MIME type",
+            MetaKey::Suspicious => "the text tried to close the tag and was neutralised",
+            MetaKey::Truncated => "the body was cut",
+            MetaKey::OriginalBytes => "its size before the cut",
+            MetaKey::Replayed => "sent while you were away",
+            MetaKey::ReplayOmitted => "older events not replayed",
+        }
+    }
+
+    /// The values the core writes for this key when they are a closed set (in the
+    /// order of their enum), `None` when the value is open (ids, text, numbers).
+    pub fn values(self) -> Option<Vec<&'static str>> {
+        let names = match self {
+            MetaKey::Kind => crate::render::PushKind::ALL.map(|k| k.as_str()).to_vec(),
+            MetaKey::InReplyToStatus => ReplyStatus::ALL.map(ReplyStatus::as_str).to_vec(),
+            MetaKey::InReplyToTrust => ReplyTrust::ALL.map(ReplyTrust::as_str).to_vec(),
+            MetaKey::AttachmentKind => AttachmentKind::ALL.map(AttachmentKind::as_str).to_vec(),
+            MetaKey::Suspicious | MetaKey::Truncated | MetaKey::Replayed => vec![FLAG],
+            _ => return None,
+        };
+        Some(names)
+    }
+}
+
+/// The meta vocabulary as the server's `instructions` give it: every key in
+/// [`MetaKey::ALL`] order, as `key (value|value): doc` for a closed set and
+/// `key: doc` otherwise, separated by `; `. Generated, so it cannot drift from what
+/// the core writes; [`undescribed`] is its check.
+pub fn vocabulary() -> String {
+    MetaKey::ALL
+        .iter()
+        .map(|key| match key.values() {
+            Some(values) => format!("{} ({}): {}", key.as_str(), values.join("|"), key.doc()),
+            None => format!("{}: {}", key.as_str(), key.doc()),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The first entry of `meta` whose value is outside its key's closed set
+/// ([`MetaKey::values`]), as `(key, value)`; `None` when every value is one the
+/// vocabulary names.
+pub fn undescribed(meta: &Meta) -> Option<(&'static str, String)> {
+    meta.0.iter().find_map(|(key, value)| {
+        let values = key.values()?;
+        (!values.contains(&value.as_str())).then(|| (key.as_str(), value.clone()))
+    })
+}
+
 /// Whether `key` is a meta key Claude Code keeps: `^[A-Za-z_][A-Za-z0-9_]*$`, and not
 /// `source` (which Claude Code writes itself).
 pub fn is_valid_meta_key(key: &str) -> bool {

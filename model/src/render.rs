@@ -11,7 +11,7 @@ use crate::event::{
 };
 use crate::fallback::{clip_chars, quote, strip_plain_reply_fallback};
 use crate::ids::{EventId, Millis, RoomId, UserId};
-use crate::meta::{Meta, MetaKey};
+use crate::meta::{AttachmentKind, Meta, MetaKey, ReplyStatus, ReplyTrust, FLAG};
 use crate::sandbox::{neutralise, sandbox_body};
 
 /// Display names and reaction keys are clipped to this many characters.
@@ -37,6 +37,17 @@ pub enum PushKind {
 }
 
 impl PushKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [PushKind; 7] = [
+        PushKind::Message,
+        PushKind::Edit,
+        PushKind::Reaction,
+        PushKind::Retraction,
+        PushKind::ReplayCut,
+        PushKind::Undecryptable,
+        PushKind::GapCut,
+    ];
+
     /// The `kind` meta value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -82,10 +93,10 @@ fn one_line(text: &str, max: usize) -> String {
 fn body_into(meta: &mut Meta, body: &str, cap_bytes: usize) -> String {
     let sandboxed = sandbox_body(body, cap_bytes);
     if sandboxed.suspicious {
-        meta.set(MetaKey::Suspicious, "true");
+        meta.set(MetaKey::Suspicious, FLAG);
     }
     if let Some(cut) = sandboxed.truncated {
-        meta.set(MetaKey::Truncated, "true");
+        meta.set(MetaKey::Truncated, FLAG);
         meta.set(MetaKey::OriginalBytes, cut.original_bytes.to_string());
     }
     sandboxed.text
@@ -94,34 +105,34 @@ fn body_into(meta: &mut Meta, body: &str, cap_bytes: usize) -> String {
 fn reply_into(meta: &mut Meta, config: &IdentityConfig, reply: &ReplyTo) {
     meta.set(MetaKey::InReplyTo, reply.event_id.as_str());
     let Some(parent) = &reply.parent else {
-        meta.set(MetaKey::InReplyToStatus, "unresolved");
+        meta.set(MetaKey::InReplyToStatus, ReplyStatus::Unresolved.as_str());
         return;
     };
     let trust = match config.gate(&parent.sender) {
-        Gate::Own => "own",
-        Gate::Stranger => "stranger",
-        Gate::Allowed | Gate::Approver => "allowed",
+        Gate::Own => ReplyTrust::Own,
+        Gate::Stranger => ReplyTrust::Stranger,
+        Gate::Allowed | Gate::Approver => ReplyTrust::Allowed,
     };
     let quoted = quote(
         &parent.body,
         parent.has_reply_relation,
         config.quote_cap_chars,
     );
-    meta.set(MetaKey::InReplyToStatus, "quoted");
-    meta.set(MetaKey::InReplyToTrust, trust);
+    meta.set(MetaKey::InReplyToStatus, ReplyStatus::Quoted.as_str());
+    meta.set(MetaKey::InReplyToTrust, trust.as_str());
     meta.set(MetaKey::InReplyToSender, parent.sender.as_str());
     meta.set(MetaKey::InReplyToQuote, quoted.text);
     if quoted.suspicious {
-        meta.set(MetaKey::Suspicious, "true");
+        meta.set(MetaKey::Suspicious, FLAG);
     }
 }
 
-fn attachment_kind(msgtype: &MsgType) -> Option<&'static str> {
+fn attachment_kind(msgtype: &MsgType) -> Option<AttachmentKind> {
     match msgtype {
-        MsgType::Image => Some("image"),
-        MsgType::File => Some("file"),
-        MsgType::Audio => Some("audio"),
-        MsgType::Video => Some("video"),
+        MsgType::Image => Some(AttachmentKind::Image),
+        MsgType::File => Some(AttachmentKind::File),
+        MsgType::Audio => Some(AttachmentKind::Audio),
+        MsgType::Video => Some(AttachmentKind::Video),
         _ => None,
     }
 }
@@ -164,7 +175,7 @@ pub fn render_message(
     let kind = attachment_kind(&content.msgtype);
     let text = match (kind, &content.attachment) {
         (Some(kind), Some(file)) => {
-            meta.set(MetaKey::AttachmentKind, kind);
+            meta.set(MetaKey::AttachmentKind, kind.as_str());
             meta.set(
                 MetaKey::AttachmentName,
                 one_line(&file.filename, FILENAME_CHARS),

@@ -188,7 +188,74 @@ fn only_notification(w: &World) -> ChannelNotification {
         })
         .collect();
     assert_eq!(notifications.len(), 1, "{:?}", w.trace());
-    notifications.into_iter().next().unwrap()
+    let notification = notifications.into_iter().next().unwrap();
+    assert_in_vocabulary(&notification);
+    notification
+}
+
+/// Every key of a push is named in the vocabulary the server's instructions give, and
+/// every value of a key with a closed set is one the vocabulary lists.
+#[track_caller]
+fn assert_in_vocabulary(notification: &ChannelNotification) {
+    let vocabulary = mc_model::meta::vocabulary();
+    for (key, _) in notification.meta.iter() {
+        let named = vocabulary.starts_with(&format!("{key} "))
+            || vocabulary.starts_with(&format!("{key}:"))
+            || vocabulary.contains(&format!("; {key} "))
+            || vocabulary.contains(&format!("; {key}:"));
+        assert!(
+            named,
+            "meta key {key} is not in the vocabulary: {vocabulary}"
+        );
+    }
+    assert_eq!(
+        mc_model::meta::undescribed(&notification.meta),
+        None,
+        "a pushed value the vocabulary does not list: {vocabulary}"
+    );
+}
+
+#[test]
+fn the_vocabulary_names_every_key_and_the_closed_values_of_each() {
+    use mc_model::meta::vocabulary;
+    use mc_model::MetaKey;
+    let vocabulary = vocabulary();
+    let entries: Vec<&str> = vocabulary.split("; ").collect();
+    assert_eq!(entries.len(), MetaKey::ALL.len(), "{vocabulary}");
+    for (entry, key) in entries.iter().zip(MetaKey::ALL) {
+        let expected = match key.values() {
+            Some(values) => format!("{} ({}): {}", key.as_str(), values.join("|"), key.doc()),
+            None => format!("{}: {}", key.as_str(), key.doc()),
+        };
+        assert_eq!(*entry, expected);
+        assert!(!key.doc().is_empty() && !key.doc().contains(';'), "{key:?}");
+    }
+    assert!(vocabulary
+        .starts_with("kind (message|edit|reaction|retraction|replay_cut|undecryptable|gap_cut): "));
+    assert!(vocabulary.contains("; in_reply_to_status (quoted|unresolved): "));
+    assert!(vocabulary.contains("; in_reply_to_trust (allowed|own|stranger): "));
+    assert!(vocabulary.contains("; attachment_kind (image|file|audio|video): "));
+    assert!(vocabulary.contains("; suspicious (true): "));
+    assert!(vocabulary.contains("; room_id: the room; "));
+}
+
+#[test]
+fn a_value_outside_its_keys_closed_set_is_found() {
+    use mc_model::meta::undescribed;
+    use mc_model::{Meta, MetaKey};
+    let mut meta = Meta::default();
+    meta.set(MetaKey::Kind, "message");
+    meta.set(MetaKey::RoomId, "anything at all");
+    meta.set(MetaKey::Replayed, "true");
+    assert_eq!(undescribed(&meta), None);
+    meta.set(MetaKey::InReplyToTrust, "not_allowed");
+    assert_eq!(
+        undescribed(&meta),
+        Some(("in_reply_to_trust", "not_allowed".to_owned()))
+    );
+    let mut meta = Meta::default();
+    meta.set(MetaKey::Truncated, "yes");
+    assert_eq!(undescribed(&meta), Some(("truncated", "yes".to_owned())));
 }
 
 fn live() -> World {

@@ -10,6 +10,37 @@ pub const CHANNEL: &str = "notifications/claude/channel";
 pub const PERMISSION: &str = "notifications/claude/channel/permission";
 pub const PERMISSION_REQUEST: &str = "notifications/claude/channel/permission_request";
 
+/// Checks one channel push against the server's `instructions` (issue 14, item 4):
+/// every meta key is one the instructions name (`key: ` or `key (a|b): `), every
+/// value of a key with a closed set is one of those listed, and every value is a
+/// string (Claude Code drops the whole event when a meta value is not). Run on every
+/// push the harness's MCP client takes.
+#[track_caller]
+pub fn assert_meta_in_instructions(instructions: &str, params: &Value) {
+    let Some(meta) = params["meta"].as_object() else {
+        panic!("a channel push without a meta object: {params}");
+    };
+    for (key, value) in meta {
+        let Some(value) = value.as_str() else {
+            panic!("meta {key} is not a string (Claude Code drops the event): {params}");
+        };
+        let plain = format!(" {key}: ");
+        let closed = format!(" {key} (");
+        if instructions.contains(&plain) {
+            continue;
+        }
+        let Some(at) = instructions.find(&closed) else {
+            panic!("meta key {key} is not in the instructions:\n{instructions}\n{params}");
+        };
+        let rest = &instructions[at + closed.len()..];
+        let values = &rest[..rest.find("): ").expect("a closed set ends with \"): \"")];
+        assert!(
+            values.split('|').any(|v| v == value),
+            "meta {key}={value:?} is not among the values the instructions list ({values}): {params}"
+        );
+    }
+}
+
 /// The event a push is about, and who sent it: the base meta of every push.
 #[derive(Clone, Debug)]
 pub struct Origin {

@@ -87,6 +87,9 @@ pub struct McpClient {
     events: Arc<Mutex<Vec<Value>>>,
     events_seen: watch::Receiver<usize>,
     stderr: Arc<Mutex<String>>,
+    /// The `instructions` of the last session opened: every channel push taken is
+    /// checked against them ([`super::expect::assert_meta_in_instructions`]).
+    instructions: Mutex<Option<String>>,
 }
 
 impl McpClient {
@@ -172,6 +175,7 @@ impl McpClient {
             events,
             events_seen,
             stderr: stderr_text,
+            instructions: Mutex::new(None),
         }
     }
 
@@ -216,7 +220,11 @@ impl McpClient {
         let reply = self
             .command(json!({ "cmd": "connect", "url": url, "token": token }))
             .await?;
-        Ok(connected(&reply))
+        let connected = connected(&reply);
+        if let Some(text) = &connected.instructions {
+            *self.instructions.lock().unwrap() = Some(text.clone());
+        }
+        Ok(connected)
     }
 
     /// Opens a new session and waits until its event stream (the GET) is open, so that
@@ -344,7 +352,7 @@ impl McpClient {
     pub async fn next_notification(&self, timeout: Duration) -> Notification {
         let mut rx = self.notifications.lock().await;
         match tokio::time::timeout(timeout, rx.recv()).await {
-            Ok(Some(n)) => n,
+            Ok(Some(n)) => self.checked(n),
             Ok(None) => panic!("[{}] the MCP client exited", self.name),
             Err(_) => panic!(
                 "[{}] no notification within {timeout:?}; recent client events:\n{}",
@@ -361,6 +369,18 @@ impl McpClient {
             .await
             .ok()
             .flatten()
+            .map(|n| self.checked(n))
+    }
+
+    /// `n`, after checking a channel push against the session's instructions.
+    #[track_caller]
+    fn checked(&self, n: Notification) -> Notification {
+        if n.method == super::expect::CHANNEL {
+            if let Some(text) = self.instructions.lock().unwrap().as_deref() {
+                super::expect::assert_meta_in_instructions(text, &n.params);
+            }
+        }
+        n
     }
 
     /// Panics if a notification arrives within `duration`.
