@@ -5,6 +5,7 @@
 //! Nothing here knows how the server works inside: it starts the binary with a config
 //! file, talks HTTP to it, and watches Matrix rooms as a client would.
 
+pub mod auth_proxy;
 pub mod expect;
 pub mod fixture;
 pub mod homeserver;

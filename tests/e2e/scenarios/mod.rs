@@ -6,6 +6,7 @@ mod auth;
 mod chat;
 mod cross_signing;
 mod encrypted;
+mod mcp_conformance;
 mod permission_reaction;
 mod permission_text;
 mod plaintext;
