@@ -159,11 +159,19 @@ function needClient() {
     return client;
 }
 
+const listedTools = new WeakSet();
+
 async function run(cmd) {
     switch (cmd.cmd) {
         case 'connect':
             return connect(cmd);
         case 'call': {
+            // The SDK validates structuredContent against a tool's outputSchema only
+            // for tools it has listed: list once per client, so every call is checked.
+            if (!listedTools.has(needClient())) {
+                await needClient().listTools();
+                listedTools.add(needClient());
+            }
             const result = await needClient().callTool({ name: cmd.tool, arguments: cmd.args ?? {} });
             return { result };
         }

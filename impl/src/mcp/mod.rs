@@ -15,6 +15,7 @@
 //!   was sent into a room that is or was encrypted, or whose encryption is unknown:
 //!   `write::ensure_encrypted_or_plain`).
 
+mod metadata;
 mod read_tools;
 mod write_tools;
 
@@ -158,6 +159,7 @@ fn allowed_by(config: mc_model::IdentityConfig) -> impl Fn(&str) -> bool {
 impl McpServer {
     pub fn new(mount: Mount, app: Arc<App>) -> Self {
         let mut tool_router = Self::read_tools() + Self::write_tools();
+        metadata::describe(&mut tool_router);
         if mount == Mount::Channel {
             let names: Vec<String> = tool_router
                 .list_all()
@@ -425,6 +427,53 @@ pub fn permission_request(params: Option<Value>) -> Result<PermissionRequest, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_tool_has_a_title_an_output_schema_and_a_limit_from_1_to_100() {
+        let router = McpServer::read_tools() + McpServer::write_tools();
+        let mut names: Vec<String> = router
+            .list_all()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        let mut described: Vec<String> = metadata::described()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        described.sort();
+        assert_eq!(
+            names, described,
+            "the metadata table describes exactly the tools"
+        );
+        let mut router = router;
+        metadata::describe(&mut router);
+        for tool in router.list_all() {
+            assert!(
+                tool.title.as_deref().is_some_and(|t| !t.is_empty()),
+                "{}",
+                tool.name
+            );
+            let schema = tool
+                .output_schema
+                .as_ref()
+                .unwrap_or_else(|| panic!("{}", tool.name));
+            assert_eq!(schema.get("type"), Some(&json!("object")), "{}", tool.name);
+            let any_of = schema["anyOf"].as_array().unwrap();
+            assert_eq!(any_of.len(), 2, "{}", tool.name);
+            assert!(any_of[0]["required"].is_array(), "{}", tool.name);
+            assert_eq!(any_of[1]["required"], json!(["error"]), "{}", tool.name);
+        }
+        for name in ["read_messages", "read_thread"] {
+            let tool = router.get(name).unwrap();
+            let limit = &tool.input_schema["properties"]["limit"];
+            assert_eq!(
+                (&limit["minimum"], &limit["maximum"]),
+                (&json!(1), &json!(100)),
+                "{name}: {limit}"
+            );
+        }
+    }
 
     #[test]
     fn the_instructions_fit_claude_codes_limit_and_start_with_security() {

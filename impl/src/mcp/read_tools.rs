@@ -45,6 +45,7 @@ pub struct ReadMessagesArgs {
     /// A room id (`!abc:server`).
     pub room_id: String,
     /// Events per page, 1 to 100 (default 20).
+    #[schemars(range(min = 1, max = 100))]
     pub limit: Option<u32>,
     /// A pagination token from a previous page's `next`.
     pub from: Option<String>,
@@ -58,6 +59,7 @@ pub struct ReadThreadArgs {
     /// The thread root's event id.
     pub thread_root: String,
     /// Events per page, 1 to 100 (default 50).
+    #[schemars(range(min = 1, max = 100))]
     pub limit: Option<u32>,
     pub from: Option<String>,
 }

@@ -134,9 +134,15 @@ pub struct Server {
     tokens: BTreeMap<String, String>,
 }
 
-/// The binary under test.
+/// The binary under test: `MC_E2E_BINARY` when set (a copy of a build, for a
+/// worktree that shares its target directory with another), else the one cargo built
+/// for this test.
 pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_matrix-channel")
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        std::env::var("MC_E2E_BINARY")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_matrix-channel").to_owned())
+    })
 }
 
 impl Server {
