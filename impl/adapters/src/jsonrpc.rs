@@ -22,6 +22,11 @@ pub const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC 2.0 section 5.1: the method is known but its params do not fit it.
 pub const INVALID_PARAMS: i64 = -32602;
 
+/// The most messages one batch may hold: the server hands them to the MCP library one
+/// by one, so a body of 4 MiB of tiny notifications would otherwise be tens of
+/// thousands of requests. JSON-RPC sets no bound; this one is ours.
+pub const MAX_BATCH: usize = 100;
+
 /// The only MCP revision whose streamable HTTP transport takes batches.
 pub const BATCH_REVISION: &str = "2025-03-26";
 
@@ -111,7 +116,8 @@ pub enum Body {
 ///   a number, params that are neither an object nor an array, a response with both
 ///   or neither of `result` and `error`), when a batch is empty, or when any message
 ///   in a batch is invalid (the whole batch is refused, naming the first bad one's
-///   position, so that nothing in it is half done). The rejection keeps the message's
+///   position, so that nothing in it is half done), or when it holds more than
+///   [`MAX_BATCH`] messages. The rejection keeps the message's
 ///   `id` when it is a string or a number.
 pub fn inspect(body: &[u8]) -> Result<Body, Rejection> {
     let value: Value = serde_json::from_slice(body)
@@ -120,6 +126,14 @@ pub fn inspect(body: &[u8]) -> Result<Body, Rejection> {
         Value::Array(items) if items.is_empty() => Err(Rejection::new(
             INVALID_REQUEST,
             "invalid request: an empty batch",
+            Value::Null,
+        )),
+        Value::Array(items) if items.len() > MAX_BATCH => Err(Rejection::new(
+            INVALID_REQUEST,
+            format!(
+                "invalid request: a batch of {} messages; at most {MAX_BATCH}",
+                items.len()
+            ),
             Value::Null,
         )),
         Value::Array(items) => {
@@ -361,6 +375,17 @@ mod tests {
             "[{good}, {{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{{}}}}]"
         ));
         assert!(init.message.contains("initialize"), "{}", init.message);
+        let at_most = format!("[{}]", vec![good; MAX_BATCH].join(","));
+        assert!(matches!(inspect(at_most.as_bytes()), Ok(Body::Batch(b)) if b.len() == MAX_BATCH));
+        let over = format!("[{}]", vec![good; MAX_BATCH + 1].join(","));
+        let over = refused(&over);
+        assert_eq!((over.code, over.id.clone()), (INVALID_REQUEST, Value::Null));
+        assert!(
+            over.message
+                .contains("a batch of 101 messages; at most 100"),
+            "{}",
+            over.message
+        );
         let batch = format!("[{good}, {{\"jsonrpc\":\"2.0\",\"method\":\"n\"}}]");
         assert_eq!(
             inspect(batch.as_bytes()),
