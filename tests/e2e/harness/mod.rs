@@ -5,7 +5,9 @@
 //! Nothing here knows how the server works inside: it starts the binary with a config
 //! file, talks HTTP to it, and watches Matrix rooms as a client would.
 
+pub mod claude;
 pub mod expect;
+pub mod fake_model;
 pub mod fixture;
 pub mod homeserver;
 pub mod human;
