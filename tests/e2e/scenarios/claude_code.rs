@@ -71,6 +71,19 @@ async fn a_persons_message_reaches_the_model_as_one_channel_tag_and_a_strangers_
             r.body
         );
     }
+    // 2.1.332 first probes with `server/discover` at 2026-07-28, is refused (-32022)
+    // and falls back to `initialize` at 2025-11-25; 2.1.197 never probes.
+    let log = f.server.log_text();
+    assert_eq!(
+        log.contains("id=server-discover-probe-1 error=ErrorData { code: ErrorCode(-32022)"),
+        version == NEWEST,
+        "the server/discover probe of {version}"
+    );
+    assert!(
+        log.contains(&format!("version: \"{version}\""))
+            && log.contains("ProtocolVersion(\"2025-11-25\")"),
+        "Claude Code {version} initialized at 2025-11-25"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -532,4 +545,82 @@ async fn newest_after_a_server_restart_under_claude_code_the_next_message_and_pr
         "{result}"
     );
     assert!(file.exists(), "Bash ran after yes");
+}
+
+/// Every string inside a JSON value.
+fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|v| strings(v, out)),
+        _ => {}
+    }
+}
+
+fn holds(body: &serde_json::Value, text: &str) -> bool {
+    let mut all = Vec::new();
+    strings(body, &mut all);
+    all.iter().any(|s| s.contains(text))
+}
+
+/// Where the server's `instructions` reach the model, in a turn a channel event
+/// started: the first call of the turn, and the call after a tool result.
+async fn where_the_instructions_reach_the_model(version: &'static str) -> (bool, bool) {
+    let f = Fixture::start(|_| {}).await;
+    let (probe, connected) = f.channel("probe").await;
+    let instructions = connected
+        .instructions
+        .expect("the server sends instructions");
+    probe.close().await;
+    let model = FakeModel::start().await;
+    let claude = Claude::start(version, &f.server, IDENTITY, &model).await;
+    let file = claude.workdir().join("notes.txt");
+    std::fs::write(&file, "nothing to see\n").unwrap();
+    let marker = format!("read-{}", random_suffix());
+    model.once(
+        &marker,
+        {
+            let marker = marker.clone();
+            move |last| text_of(last).contains(&marker)
+        },
+        Reply::Tool {
+            name: "Read".into(),
+            input: json!({ "file_path": file.display().to_string() }),
+        },
+    );
+    f.human
+        .send_text(&f.room, &format!("please {marker}"))
+        .await;
+    let first = request_with(&model, &marker).await;
+    let tool_use = tool_use_id(&model, &marker);
+    tool_result_of(&model, &tool_use).await;
+    let second = model
+        .recorded()
+        .into_iter()
+        .find(|r| {
+            tool_results(last_user(&r.body))
+                .iter()
+                .any(|b| b["tool_use_id"] == tool_use.as_str())
+        })
+        .unwrap();
+    (
+        holds(&first.body, &instructions),
+        holds(&second.body, &instructions),
+    )
+}
+
+/// 2.1.332 leaves the server's instructions out of the first model call of a turn
+/// that a channel event started, and sends them whole from the next call on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_the_instructions_are_missing_from_the_first_call_of_a_channel_turn() {
+    let found = where_the_instructions_reach_the_model(NEWEST).await;
+    assert_eq!(found, (false, true), "(first call, second call)");
+}
+
+/// 2.1.197 sends the server's instructions whole in every call, the first of a
+/// channel turn included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_the_instructions_reach_every_call_of_a_channel_turn() {
+    let found = where_the_instructions_reach_the_model(OLDER).await;
+    assert_eq!(found, (true, true), "(first call, second call)");
 }
