@@ -624,3 +624,55 @@ async fn older_the_instructions_reach_every_call_of_a_channel_turn() {
     let found = where_the_instructions_reach_the_model(OLDER).await;
     assert_eq!(found, (true, true), "(first call, second call)");
 }
+
+/// The prompt answered with a 👍 on it: after the settle window the model gets the
+/// tool's result, the file exists, and the prompt says who allowed it with what.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_a_thumbs_up_on_the_prompt_lets_bash_run_after_the_settle_window() {
+    let f = Fixture::start(|_| {}).await;
+    let model = FakeModel::start().await;
+    let claude = Claude::start(NEWEST, &f.server, IDENTITY, &model).await;
+    let marker = format!("run-thumb-{}", random_suffix());
+    let file = claude.workdir().join(format!("{marker}.txt"));
+    let command = format!("touch {}", file.display());
+    model.once(
+        &marker,
+        {
+            let marker = marker.clone();
+            move |last| text_of(last).contains(&marker)
+        },
+        Reply::Tool {
+            name: "Bash".into(),
+            input: json!({ "command": command, "description": "Create the file" }),
+        },
+    );
+    f.human
+        .send_text(&f.room, &format!("please run {marker}"))
+        .await;
+    let (prompt, id) = prompt_containing(&f, &marker).await;
+    let prompt_id = prompt["event_id"].as_str().unwrap().to_owned();
+    let tool_use = tool_use_id(&model, &marker);
+    let reacted = std::time::Instant::now();
+    f.human.react(&f.room, &prompt_id, "\u{1F44D}").await;
+    let result = tool_result_of(&model, &tool_use).await;
+    assert!(
+        reacted.elapsed() >= std::time::Duration::from_millis(crate::harness::fixture::SETTLE_MS),
+        "the verdict waited for the settle window"
+    );
+    assert_eq!(
+        (result["is_error"].as_bool(), result["content"].as_str()),
+        (Some(false), Some(NO_OUTPUT)),
+        "{result}"
+    );
+    assert!(file.exists(), "Bash ran after the 👍");
+    let answer = Answer::AllowedWith {
+        by: &f.human.user_id,
+        key: "\u{1F44D}",
+    };
+    f.wait_outcome(
+        &prompt_id,
+        &outcome_plain(&id, "Bash", &answer),
+        &outcome_html(&id, "Bash", &answer),
+    )
+    .await;
+}
