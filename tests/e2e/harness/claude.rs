@@ -231,7 +231,7 @@ impl Claude {
             elf,
             dir: Some(dir),
             path,
-            socket: format!("mc-claude-{}", super::random_suffix()),
+            socket: "tmux.sock".to_owned(),
             env,
             launch,
             launches: 0,
@@ -304,9 +304,10 @@ impl Claude {
             .expect("write .claude.json");
     }
 
+    /// tmux on a socket of its own in the session's directory (removed with it).
     fn tmux(&self) -> Command {
         let mut cmd = Command::new("tmux");
-        cmd.args(["-L", &self.socket]);
+        cmd.arg("-S").arg(self.path.join(&self.socket));
         cmd
     }
 
