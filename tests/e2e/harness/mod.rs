@@ -6,7 +6,9 @@
 //! file, talks HTTP to it, and watches Matrix rooms as a client would.
 
 pub mod auth_proxy;
+pub mod claude;
 pub mod expect;
+pub mod fake_model;
 pub mod fixture;
 pub mod homeserver;
 pub mod human;

@@ -4,6 +4,7 @@
 mod attacks;
 mod auth;
 mod chat;
+mod claude_code;
 mod cross_signing;
 mod encrypted;
 mod mcp_conformance;
