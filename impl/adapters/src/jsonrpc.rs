@@ -249,6 +249,14 @@ mod tests {
     }
 
     #[test]
+    fn the_error_codes_are_json_rpcs() {
+        assert_eq!(
+            (PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS),
+            (-32700, -32600, -32602)
+        );
+    }
+
+    #[test]
     fn what_is_not_json_is_a_parse_error_with_a_null_id() {
         for body in ["", "{", "{\"jsonrpc\":\"2.0\",", "not json", "\u{feff}{}"] {
             let rejection = refused(body);
