@@ -168,6 +168,13 @@ impl FakeModel {
         self.add(what, Box::new(when), reply, true);
     }
 
+    /// [`FakeModel::once`] for the first request whose last user message contains
+    /// `marker` (the rule is named by it).
+    pub fn once_on(&self, marker: &str, reply: Reply) {
+        let needle = marker.to_owned();
+        self.once(marker, move |last| text_of(last).contains(&needle), reply);
+    }
+
     fn add(&self, what: &str, when: When, reply: Reply, once: bool) {
         self.shared.inner.lock().unwrap().rules.push(Rule {
             what: what.to_owned(),

@@ -188,12 +188,8 @@ async fn bash_runs_after_yes_and_is_denied_after_no(version: &'static str) {
         let file = work.join(format!("{marker}.txt"));
         let command = format!("touch {}", file.display());
         let description = format!("Create the file {marker}.txt");
-        model.once(
+        model.once_on(
             &marker,
-            {
-                let marker = marker.clone();
-                move |last| text_of(last).contains(&marker)
-            },
             Reply::Tool {
                 name: "Bash".into(),
                 input: json!({ "command": command, "description": description }),
@@ -287,12 +283,8 @@ async fn newest_the_models_send_message_reaches_the_room() {
     let _claude = Claude::start(NEWEST, &f.server, IDENTITY, &model).await;
     let marker = format!("say-{}", random_suffix());
     let text = format!("hello from the model ({marker})");
-    model.once(
-        "send",
-        {
-            let marker = marker.clone();
-            move |last| text_of(last).contains(&format!("please {marker}"))
-        },
+    model.once_on(
+        &format!("please {marker}"),
         Reply::Tool {
             name: "mcp__matrix__send_message".into(),
             input: json!({ "room_id": f.room, "text": text }),
@@ -521,12 +513,8 @@ async fn newest_after_a_server_restart_under_claude_code_the_next_message_and_pr
     let marker = format!("run-after-restart-{}", random_suffix());
     let file = claude.workdir().join(format!("{marker}.txt"));
     let command = format!("touch {}", file.display());
-    model.once(
+    model.once_on(
         &marker,
-        {
-            let marker = marker.clone();
-            move |last| text_of(last).contains(&marker)
-        },
         Reply::Tool {
             name: "Bash".into(),
             input: json!({ "command": command, "description": "Create the file" }),
@@ -577,12 +565,8 @@ async fn where_the_instructions_reach_the_model(version: &'static str) -> (bool,
     let file = claude.workdir().join("notes.txt");
     std::fs::write(&file, "nothing to see\n").unwrap();
     let marker = format!("read-{}", random_suffix());
-    model.once(
+    model.once_on(
         &marker,
-        {
-            let marker = marker.clone();
-            move |last| text_of(last).contains(&marker)
-        },
         Reply::Tool {
             name: "Read".into(),
             input: json!({ "file_path": file.display().to_string() }),
@@ -635,12 +619,8 @@ async fn newest_a_thumbs_up_on_the_prompt_lets_bash_run_after_the_settle_window(
     let marker = format!("run-thumb-{}", random_suffix());
     let file = claude.workdir().join(format!("{marker}.txt"));
     let command = format!("touch {}", file.display());
-    model.once(
+    model.once_on(
         &marker,
-        {
-            let marker = marker.clone();
-            move |last| text_of(last).contains(&marker)
-        },
         Reply::Tool {
             name: "Bash".into(),
             input: json!({ "command": command, "description": "Create the file" }),
