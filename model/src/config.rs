@@ -82,6 +82,13 @@ pub struct IdentityConfig {
     /// Which devices a verdict (text or reaction) may come from.
     #[serde(default)]
     pub verdict_devices: VerdictDevices,
+    /// How long after a session attaches (its stream opens) the core waits before it
+    /// pushes to it, in milliseconds; what arrives meanwhile is held for it, in order.
+    /// Claude Code registers its channel handler only after the stream is open
+    /// (measured: 53 ms after the GET stream with 2.1.332) and drops a push that
+    /// comes before, silently. 0 pushes at once.
+    #[serde(default = "default_attach_grace_ms")]
+    pub attach_grace_ms: Millis,
 }
 
 /// Which devices an approver's verdict may come from: the rule is read from the
@@ -128,6 +135,15 @@ impl VerdictDevices {
 /// usually comes in the same sync as the event or the next one; a key that a client
 /// withholds (it shares only with verified devices) never comes.
 pub const DEFAULT_UNDECRYPTABLE_GRACE_MS: Millis = 30_000;
+
+/// The default of [`IdentityConfig::attach_grace_ms`]: 1 s, about twenty times the
+/// 53 ms Claude Code 2.1.332 took on an idle machine to register its channel handler
+/// after its GET stream opened (`tests/e2e/scenarios/claude_code.rs`, scenario d).
+pub const DEFAULT_ATTACH_GRACE_MS: Millis = 1_000;
+
+fn default_attach_grace_ms() -> Millis {
+    DEFAULT_ATTACH_GRACE_MS
+}
 
 fn default_undecryptable_grace_ms() -> Millis {
     DEFAULT_UNDECRYPTABLE_GRACE_MS
@@ -183,6 +199,7 @@ impl IdentityConfig {
             undecryptable_grace_ms: DEFAULT_UNDECRYPTABLE_GRACE_MS,
             undecryptable_notice: false,
             verdict_devices: VerdictDevices::default(),
+            attach_grace_ms: DEFAULT_ATTACH_GRACE_MS,
         }
     }
 

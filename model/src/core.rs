@@ -70,6 +70,16 @@ pub struct IdentityState {
     /// the next session that attaches (see `Input::GapCut`).
     #[serde(default)]
     gap_cuts: Vec<RoomId>,
+    /// What was delivered to each session in [`SessionState::Attaching`], oldest
+    /// first: pushed when its grace ends, or delivered again (elsewhere or to the
+    /// queue) when it detaches first.
+    #[serde(default)]
+    held: BTreeMap<SessionId, Vec<Queued>>,
+    /// Live sessions not pushed to since they became live: their next push carries
+    /// [`MetaKey::Security`] (Claude Code leaves the server's instructions out of the
+    /// first model call a channel event starts).
+    #[serde(default)]
+    unbriefed: BTreeSet<SessionId>,
 }
 
 /// How many undecryptable events each identity parks at once; beyond it the oldest
@@ -103,10 +113,16 @@ pub enum RoomState {
     Left,
 }
 
-/// Whether a session's stream is open.
+/// Whether a session's stream is open, and whether it is pushed to yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
+    /// Attached, inside its attach grace ([`IdentityConfig::attach_grace_ms`]):
+    /// nothing is pushed to it before `until` (ms). What is delivered to it
+    /// meanwhile is held, in order, and pushed when the grace ends, after its
+    /// verdicts, gap cuts and replay.
+    Attaching { until: Millis },
+    /// Pushed to.
     Live,
     Detached,
 }
@@ -350,7 +366,8 @@ impl Channel {
     }
 
     /// The earliest instant at which a timer fires (a settle window ends, a prompt
-    /// expires, or an undecryptable event's grace period ends), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
+    /// expires, an undecryptable event's grace period ends, or a session's attach
+    /// grace), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
     /// then (or earlier).
     pub fn next_deadline(&self) -> Option<Millis> {
         let prompts = self
@@ -366,7 +383,15 @@ impl Channel {
             .identities
             .values()
             .flat_map(|state| state.undecryptable.iter().map(|p| p.until));
-        prompts.chain(parked).min()
+        let attaching = self
+            .identities
+            .values()
+            .flat_map(|state| state.sessions.values())
+            .filter_map(|session| match session {
+                SessionState::Attaching { until } => Some(*until),
+                SessionState::Live | SessionState::Detached => None,
+            });
+        prompts.chain(parked).chain(attaching).min()
     }
 
     /// Handles one input at `now` (milliseconds; a `now` earlier than one already seen
@@ -515,9 +540,17 @@ impl Channel {
     /// See [`Input::Restarted`]. Sessions are detached first, so what the failed
     /// pushes carried goes back to the queue rather than to a stream that is gone.
     fn restarted(&mut self, now: Millis, effects: &mut Vec<Effect>) {
-        for state in self.identities.values_mut() {
-            for session in state.sessions.values_mut() {
-                *session = SessionState::Detached;
+        for (identity, state) in self.identities.iter_mut() {
+            let mut out = Out {
+                now,
+                identity: identity.clone(),
+                next_effect_id: &mut self.next_effect_id,
+                in_flight: &mut self.in_flight,
+                effects,
+            };
+            let sessions: Vec<SessionId> = state.sessions.keys().cloned().collect();
+            for session in sessions {
+                state.set_detached(&session, &mut out);
             }
         }
         let ids: Vec<EffectId> = self.in_flight.keys().copied().collect();
@@ -588,7 +621,7 @@ impl Channel {
                 ..
             } => {
                 if matches!(outcome, Outcome::Failed { .. }) {
-                    state.lost_stream(&session, generation);
+                    state.lost_stream(&session, generation, &mut out);
                     state.push_failed(&session, event_id, seq, notification, &mut out);
                 }
             }
@@ -686,6 +719,8 @@ impl IdentityState {
             history: VecDeque::new(),
             undecryptable: VecDeque::new(),
             gap_cuts: Vec::new(),
+            held: BTreeMap::new(),
+            unbriefed: BTreeSet::new(),
         }
     }
 
@@ -743,6 +778,11 @@ impl IdentityState {
     /// Live prompts, oldest first.
     pub fn prompts(&self) -> &[Prompt] {
         &self.prompts
+    }
+
+    /// What was delivered to each session inside its attach grace, oldest first.
+    pub fn held(&self) -> &BTreeMap<SessionId, Vec<Queued>> {
+        &self.held
     }
 
     /// Events waiting for a session, oldest first.
@@ -805,12 +845,63 @@ impl IdentityState {
             .collect()
     }
 
+    /// Whether `session`'s stream is open: live, or inside its attach grace.
+    fn is_attached(&self, session: &SessionId) -> bool {
+        matches!(
+            self.sessions.get(session),
+            Some(SessionState::Live | SessionState::Attaching { .. })
+        )
+    }
+
+    /// The sessions delivered to: the live ones and the attaching ones.
+    fn attached_sessions(&self) -> Vec<SessionId> {
+        self.sessions
+            .iter()
+            .filter(|(session, _)| self.is_attached(session))
+            .map(|(session, _)| session.clone())
+            .collect()
+    }
+
+    /// Marks `session` detached; what was held for it is delivered again, to the
+    /// sessions that lack it or to the queue.
+    fn set_detached(&mut self, session: &SessionId, out: &mut Out<'_>) {
+        if let Some(state) = self.sessions.get_mut(session) {
+            *state = SessionState::Detached;
+        }
+        self.unbriefed.remove(session);
+        for held in self.held.remove(session).unwrap_or_default() {
+            self.push_failed(
+                session,
+                Some(held.event_id),
+                held.seq,
+                held.notification,
+                out,
+            );
+        }
+    }
+
     // ----- sessions -------------------------------------------------------------
 
+    /// A session's stream opened. It is live at once when the grace is 0, else when
+    /// the grace ends ([`IdentityState::fire_attach_graces`]); attaching again restarts
+    /// the grace and keeps what is held.
     fn attach(&mut self, session: SessionId, out: &mut Out<'_>) {
-        self.sessions.insert(session.clone(), SessionState::Live);
         self.attaches += 1;
         self.generations.insert(session.clone(), self.attaches);
+        if self.config.attach_grace_ms == 0 {
+            return self.become_live(session, out);
+        }
+        let until = out.now.saturating_add(self.config.attach_grace_ms);
+        self.unbriefed.remove(&session);
+        self.sessions
+            .insert(session, SessionState::Attaching { until });
+    }
+
+    /// The attach grace ended: its decided verdicts are sent, then the gap cuts, the
+    /// queue's replay and what was held for it are pushed, in that order.
+    fn become_live(&mut self, session: SessionId, out: &mut Out<'_>) {
+        self.sessions.insert(session.clone(), SessionState::Live);
+        self.unbriefed.insert(session.clone());
         let decided: Vec<u64> = self
             .prompts
             .iter()
@@ -824,21 +915,49 @@ impl IdentityState {
             self.push(&session, None, 0, render_gap_cut(&room), out);
         }
         self.replay(&session, out);
+        for held in self.held.remove(&session).unwrap_or_default() {
+            self.push(
+                &session,
+                Some(held.event_id),
+                held.seq,
+                held.notification,
+                out,
+            );
+        }
     }
 
-    /// See [`Input::GapCut`]: every live session is told now; with none, the next
-    /// one to attach is (a room's cut is kept once).
+    /// Every session whose attach grace is over becomes live.
+    fn fire_attach_graces(&mut self, out: &mut Out<'_>) {
+        let due: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, state)| {
+                matches!(state, SessionState::Attaching { until } if *until <= out.now)
+            })
+            .map(|(session, _)| session.clone())
+            .collect();
+        for session in due {
+            self.become_live(session, out);
+        }
+    }
+
+    /// See [`Input::GapCut`]: every live session is told now; with none, or with one
+    /// inside its attach grace, the next one to become live is (a room's cut is kept
+    /// once).
     fn on_gap_cut(&mut self, room: RoomId, out: &mut Out<'_>) {
         if !self.is_joined(&room) {
             return out.drop(None, DropReason::NotJoined);
         }
         out.drop(None, DropReason::GapCut { room: room.clone() });
         let live = self.live_sessions();
-        if live.is_empty() {
+        let attaching = self
+            .sessions
+            .values()
+            .any(|state| matches!(state, SessionState::Attaching { .. }));
+        if live.is_empty() || attaching {
             if !self.gap_cuts.contains(&room) {
-                self.gap_cuts.push(room);
+                self.gap_cuts.push(room.clone());
             }
-            return;
         }
         for session in live {
             self.push(&session, None, 0, render_gap_cut(&room), out);
@@ -846,9 +965,10 @@ impl IdentityState {
     }
 
     fn detach(&mut self, session: &SessionId, out: &mut Out<'_>) {
-        match self.sessions.get_mut(session) {
-            Some(state) => *state = SessionState::Detached,
-            None => out.drop(None, DropReason::UnknownSession),
+        if self.sessions.contains_key(session) {
+            self.set_detached(session, out);
+        } else {
+            out.drop(None, DropReason::UnknownSession);
         }
     }
 
@@ -882,11 +1002,9 @@ impl IdentityState {
 
     /// A send to `session`'s attach `generation` failed: that stream is gone. The
     /// session is detached only if it has not attached again since.
-    fn lost_stream(&mut self, session: &SessionId, generation: u64) {
-        if self.generation(session) == generation {
-            if let Some(state) = self.sessions.get_mut(session) {
-                *state = SessionState::Detached;
-            }
+    fn lost_stream(&mut self, session: &SessionId, generation: u64, out: &mut Out<'_>) {
+        if self.generation(session) == generation && self.sessions.contains_key(session) {
+            self.set_detached(session, out);
         }
     }
 
@@ -954,7 +1072,7 @@ impl IdentityState {
             _ => BTreeSet::new(),
         };
         let targets: Vec<SessionId> = self
-            .live_sessions()
+            .attached_sessions()
             .into_iter()
             .filter(|s| !have.contains(s))
             .collect();
@@ -966,6 +1084,14 @@ impl IdentityState {
         }
         for session in targets {
             self.record_delivery(event_id, &session);
+            if !self.is_live(&session) {
+                self.held.entry(session).or_default().push(Queued {
+                    seq,
+                    event_id: event_id.clone(),
+                    notification: notification.clone(),
+                });
+                continue;
+            }
             self.push(
                 &session,
                 Some(event_id.clone()),
@@ -1027,6 +1153,10 @@ impl IdentityState {
         base: ChannelNotification,
         out: &mut Out<'_>,
     ) {
+        let mut sent = sent;
+        if self.unbriefed.remove(session) {
+            sent.meta.set(MetaKey::Security, crate::meta::SECURITY_POINTER);
+        }
         let id = out.id();
         out.in_flight.insert(
             id,
@@ -1677,7 +1807,7 @@ impl IdentityState {
     // ----- prompts --------------------------------------------------------------
 
     fn on_request(&mut self, session: SessionId, request: PermissionRequest, out: &mut Out<'_>) {
-        if !self.is_live(&session) {
+        if !self.is_attached(&session) {
             return out.drop(None, DropReason::UnknownSession);
         }
         if !self.config.relays_permissions() {
@@ -2041,7 +2171,7 @@ impl IdentityState {
                 decision: decision.clone(),
             };
             let session = prompt.session.clone();
-            self.lost_stream(&session, generation);
+            self.lost_stream(&session, generation, out);
             // Attached again since the send: deliver to the new stream now.
             if self.is_live(&session) {
                 self.start_delivery(serial, out);
@@ -2079,6 +2209,7 @@ impl IdentityState {
             self.retire(index, DropReason::PromptExpired, out);
         }
         self.fire_undecryptable(out);
+        self.fire_attach_graces(out);
     }
 
     /// The settle window ended: the verdict is taken on the votes still there, deny

@@ -50,7 +50,9 @@ pub mod sandbox;
 pub mod verdict;
 
 pub use crate::agent::{AgentText, AgentWrite};
-pub use crate::config::{ConfigError, Gate, IdentityConfig, VerdictDevices};
+pub use crate::config::{
+    ConfigError, Gate, IdentityConfig, VerdictDevices, DEFAULT_ATTACH_GRACE_MS,
+};
 pub use crate::core::{
     Channel, IdentityState, LogEntry, Parked, Phase, Prompt, Queued, Record, RoomState,
     SessionState, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
@@ -63,5 +65,5 @@ pub use crate::event::{
     Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo, Undecryptable,
 };
 pub use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
-pub use crate::meta::{Meta, MetaKey};
+pub use crate::meta::{Meta, MetaKey, SECURITY_POINTER};
 pub use crate::verdict::{Behavior, RequestId};

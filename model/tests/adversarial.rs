@@ -37,8 +37,10 @@ const T0: Millis = 1_700_000_000_000;
 const UP: &str = "\u{1F44D}";
 const DOWN: &str = "\u{1F44E}";
 
+/// No attach grace: these drive attaches at one instant (the grace has its own tests).
 fn config() -> IdentityConfig {
     let mut config = IdentityConfig::new(BOT.into(), [BOSS.into(), BOB.into()]);
+    config.attach_grace_ms = 0;
     config.approvers = Some([UserId::from(BOSS)].into());
     config
 }
@@ -770,6 +772,7 @@ fn a_colliding_request_id_in_two_sessions_needs_a_reply_and_the_reply_picks_the_
 fn a_verdict_in_one_identity_never_reaches_another_identitys_colliding_session() {
     let mut c = channel();
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
+    home.attach_grace_ms = 0;
     home.permission_room = Some(R2.into());
     c.add_identity("home".into(), home).unwrap();
     join_rooms(&mut c);
@@ -1173,6 +1176,7 @@ fn a_decided_verdict_survives_the_same_request_being_reissued() {
 fn a_text_verdict_only_answers_a_prompt_in_its_own_room_unless_it_replies_to_it() {
     let mut c = channel();
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
+    home.attach_grace_ms = 0;
     home.permission_room = Some(R2.into());
     c.add_identity("home".into(), home).unwrap();
     join_rooms(&mut c);
@@ -2389,6 +2393,7 @@ fn run(ops: &[Op]) {
     work.quote_cap_chars = 10;
     channel.add_identity(ID.into(), work).expect("valid");
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
+    home.attach_grace_ms = 0;
     home.permission_room = Some(R2.into());
     channel.add_identity("home".into(), home).expect("valid");
     join_rooms(&mut channel);

@@ -230,8 +230,10 @@ fn the_vocabulary_names_every_key_and_the_closed_values_of_each() {
         assert_eq!(*entry, expected);
         assert!(!key.doc().is_empty() && !key.doc().contains(';'), "{key:?}");
     }
-    assert!(vocabulary
-        .starts_with("kind (message|edit|reaction|retraction|replay_cut|undecryptable|gap_cut): "));
+    assert!(vocabulary.starts_with(
+        "security: on a session's first event, the contract above in short; \
+         kind (message|edit|reaction|retraction|replay_cut|undecryptable|gap_cut): "
+    ));
     assert!(vocabulary.contains("; in_reply_to_status (quoted|unresolved): "));
     assert!(vocabulary.contains("; in_reply_to_trust (allowed|own|stranger): "));
     assert!(vocabulary.contains("; attachment_kind (image|file|audio|video): "));

@@ -7,6 +7,8 @@ mod harness;
 
 #[path = "scenarios/agent_writes.rs"]
 mod agent_writes;
+#[path = "scenarios/attach_grace.rs"]
+mod attach_grace;
 #[path = "scenarios/config.rs"]
 mod config;
 #[path = "scenarios/delivery.rs"]

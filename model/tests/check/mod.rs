@@ -885,6 +885,10 @@ impl World {
         config.prompt_ttl_ms = TTL;
         config.settle_ms = SETTLE;
         config.max_prompts = CAP;
+        // A session is live the instant it attaches: a grace would spend one of the
+        // few steps of each run on a tick. The grace is covered by the scenarios
+        // (`scenarios/attach_grace.rs`) and the adversarial sequences.
+        config.attach_grace_ms = 0;
         if ident == Ident::A {
             self.configure_faults(&mut config);
         }

@@ -53,17 +53,20 @@ pub const THUMBS_UP_EMOJI: &str = "\u{1F44D}\u{FE0F}";
 pub const THUMBS_UP_TONE: &str = "\u{1F44D}\u{1F3FD}";
 pub const THUMBS_DOWN: &str = "\u{1F44E}";
 
-/// `work`: bot `@bot:hs`, allowed `@alice:hs` and `@bob:hs`, approver `@alice:hs`.
+/// `work`: bot `@bot:hs`, allowed `@alice:hs` and `@bob:hs`, approver `@alice:hs`;
+/// no attach grace (the grace's own scenarios set one).
 pub fn work_config() -> IdentityConfig {
     let mut config = IdentityConfig::new(BOT.into(), [ALICE.into(), BOB.into()]);
+    config.attach_grace_ms = 0;
     config.approvers = Some([UserId::from(ALICE)].into());
     config
 }
 
 /// `home`: bot `@homebot:hs`, allowed (and approver) `@alice:hs`, prompts in
-/// `!home:hs`.
+/// `!home:hs`; no attach grace.
 pub fn home_config() -> IdentityConfig {
     let mut config = IdentityConfig::new(HOME_BOT.into(), [ALICE.into()]);
+    config.attach_grace_ms = 0;
     config.permission_room = Some(HOME_ROOM.into());
     config
 }

@@ -80,6 +80,8 @@ fn a_replayed_push_keeps_its_original_meta() {
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
     expected.insert("replayed".into(), "true".into());
+    // The session's first push: it carries the security pointer too.
+    expected.insert("security".into(), mc_model::SECURITY_POINTER.into());
     assert_eq!(push.meta, expected);
 }
 
@@ -247,7 +249,11 @@ fn with_a_replay_budget_of_two_the_newest_two_follow_a_cut_notice() {
     assert_eq!(notice.event_id, None);
     assert_eq!(
         notice.meta,
-        [("kind", "replay_cut"), ("replay_omitted", "3")]
+        [
+            ("kind", "replay_cut"),
+            ("replay_omitted", "3"),
+            ("security", mc_model::SECURITY_POINTER)
+        ]
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()

@@ -38,7 +38,11 @@ fn a_gap_cut_is_told_to_every_live_session_at_once_with_its_room() {
     assert_eq!(push.event_id, None);
     assert_eq!(
         push.meta,
-        [("kind", "gap_cut"), ("room_id", R1)]
+        [
+            ("kind", "gap_cut"),
+            ("room_id", R1),
+            ("security", mc_model::SECURITY_POINTER)
+        ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect()

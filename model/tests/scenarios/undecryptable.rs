@@ -61,6 +61,7 @@ fn when_the_grace_period_ends_the_sessions_are_told_it_exists_without_content() 
             ("event_id", id.as_str()),
             ("kind", "undecryptable"),
             ("room_id", R2),
+            ("security", mc_model::SECURITY_POINTER),
             ("sender", BOB),
             ("ts", START.to_string().as_str()),
             ("user", "Bob"),
