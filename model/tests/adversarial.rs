@@ -2393,7 +2393,8 @@ fn run(ops: &[Op]) {
     work.quote_cap_chars = 10;
     channel.add_identity(ID.into(), work).expect("valid");
     let mut home = IdentityConfig::new("@homebot:hs".into(), [BOSS.into()]);
-    home.attach_grace_ms = 0;
+    // `home` keeps an attach grace, so the sequences hold and release pushes too.
+    home.attach_grace_ms = 1_000;
     home.permission_room = Some(R2.into());
     channel.add_identity("home".into(), home).expect("valid");
     join_rooms(&mut channel);
@@ -2436,6 +2437,27 @@ fn run(ops: &[Op]) {
         check_writes(&probe, &seen, &input, &effects);
         check_reply_verdicts(&probe, &input, &effects);
         check_step(&channel, &mut seen, &input, &effects);
+        check_pushes_only_to_live(&channel, &effects);
+    }
+}
+
+/// No push goes to a session inside its attach grace (or detached): a push's
+/// session is live once the input is handled.
+fn check_pushes_only_to_live(channel: &Channel, effects: &[Effect]) {
+    for effect in effects {
+        if let Effect::Push {
+            identity, session, ..
+        } = effect
+        {
+            let state = channel
+                .identity(identity)
+                .and_then(|i| i.sessions().get(session).copied());
+            assert_eq!(
+                state,
+                Some(mc_model::SessionState::Live),
+                "a push to {session:?} of {identity:?}: {effects:?}"
+            );
+        }
     }
 }
 
