@@ -150,6 +150,7 @@ impl Ident {
                 // older prompts (its own messages) are let through.
                 config.prompt_memory = 1;
                 config.undecryptable_grace_ms = GRACE;
+                config.attach_grace_ms = ATTACH_GRACE;
                 // A tells the sender in the room when a room key does not come; B
                 // does not.
                 config.undecryptable_notice = self == Ident::A;
@@ -157,6 +158,7 @@ impl Ident {
             Mode::Real => {
                 config.prompt_ttl_ms = REAL_TTL;
                 config.settle_ms = REAL_SETTLE;
+                config.attach_grace_ms = REAL_ATTACH_GRACE;
             }
         }
         config
@@ -170,6 +172,12 @@ pub const SETTLE: Millis = 3_000;
 /// In-process grace period of an undecryptable event, ms: longer than the settle
 /// window, shorter than the time to live.
 pub const GRACE: Millis = 5_000;
+/// In-process attach grace, ms: shorter than the settle window, so the ticks that
+/// end one land inside or after the other.
+pub const ATTACH_GRACE: Millis = 1_000;
+/// Real-server attach grace, ms: it ends before the next action (like the settle
+/// window), so a replay is observed with the attach that caused it.
+pub const REAL_ATTACH_GRACE: Millis = 1;
 /// Real-server prompt time to live, ms: longer than any sequence.
 pub const REAL_TTL: Millis = 3_600_000;
 /// Real-server settle window, ms: a vote settles before the next action.
@@ -849,7 +857,18 @@ impl World {
         input
     }
 
-    /// Whether the model has the session attached.
+    /// Whether the model has the session's stream open: live, or inside its attach
+    /// grace.
+    pub fn is_attached(&self, session: Sess) -> bool {
+        matches!(
+            self.channel
+                .identity(&session.ident().id())
+                .and_then(|i| i.sessions().get(&session.id())),
+            Some(SessionState::Live | SessionState::Attaching { .. })
+        )
+    }
+
+    /// Whether the model has the session attached and past its attach grace.
     pub fn is_live(&self, session: Sess) -> bool {
         self.channel
             .identity(&session.ident().id())
@@ -1989,8 +2008,8 @@ fn ident_of(identity: &IdentityId) -> Ident {
 pub fn precondition(world: &World, action: &Action) -> bool {
     let real = world.mode == Mode::Real;
     match *action {
-        Action::Attach { session } => !world.is_live(session),
-        Action::Detach { session } => world.is_live(session),
+        Action::Attach { session } => !world.is_attached(session),
+        Action::Detach { session } => world.is_attached(session),
         Action::Message {
             ident, sender, rel, ..
         } => {
@@ -2056,7 +2075,7 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             world.known.contains(&session) && (!real || world.is_live(session))
         }
         Action::BreakStream { session } => {
-            !real && world.is_live(session) && !world.broken.contains(&session)
+            !real && world.is_attached(session) && !world.broken.contains(&session)
         }
         Action::Tick { .. } => !real,
         // A real kill lands between actions (a kill inside one is timed, so it is
@@ -2261,7 +2280,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
     let real = world.mode == Mode::Real;
     let mut options: Vec<(u32, BoxedStrategy<Action>)> = Vec::new();
     let (live, idle): (Vec<Sess>, Vec<Sess>) =
-        Sess::ALL.into_iter().partition(|s| world.is_live(*s));
+        Sess::ALL.into_iter().partition(|s| world.is_attached(*s));
     if !idle.is_empty() {
         options.push((
             if real { 8 } else { 4 },
@@ -2801,12 +2820,31 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         ));
     }
     if !real {
-        let mut steps = vec![1, SETTLE - 1, SETTLE + 1, GRACE + 1, TTL + 1];
+        let mut steps = vec![
+            1,
+            ATTACH_GRACE,
+            SETTLE - 1,
+            SETTLE + 1,
+            GRACE + 1,
+            TTL + 1,
+        ];
         if let Some(at) = world.channel.next_deadline() {
             let d = at.saturating_sub(world.now);
             steps.extend([d.max(1), d.saturating_sub(1).max(1)]);
         }
         options.push((3, pick(steps).prop_map(|ms| Action::Tick { ms }).boxed()));
+        // A session inside its attach grace gets its replay only on a tick: one to
+        // the end of the grace, often, so replays (and their cuts) are seen.
+        let graces = world.channel.identities().flat_map(|(_, i)| {
+            i.sessions().values().filter_map(|s| match s {
+                SessionState::Attaching { until } => Some(*until),
+                _ => None,
+            })
+        });
+        if let Some(until) = graces.min() {
+            let ms = until.saturating_sub(world.now).max(1);
+            options.push((4, Just(Action::Tick { ms }).boxed()));
+        }
     }
     proptest::strategy::Union::new_weighted(options).boxed()
 }

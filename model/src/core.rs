@@ -121,7 +121,9 @@ pub enum SessionState {
     /// nothing is pushed to it before `until` (ms). What is delivered to it
     /// meanwhile is held, in order, and pushed when the grace ends, after its
     /// verdicts, gap cuts and replay.
-    Attaching { until: Millis },
+    Attaching {
+        until: Millis,
+    },
     /// Pushed to.
     Live,
     Detached,
@@ -1155,7 +1157,8 @@ impl IdentityState {
     ) {
         let mut sent = sent;
         if self.unbriefed.remove(session) {
-            sent.meta.set(MetaKey::Security, crate::meta::SECURITY_POINTER);
+            sent.meta
+                .set(MetaKey::Security, crate::meta::SECURITY_POINTER);
         }
         let id = out.id();
         out.in_flight.insert(

@@ -24,6 +24,7 @@
 //! undecryptable_grace_secs = 30
 //! undecryptable_notice = false
 //! verdict_devices = "cross_signed"
+//! attach_grace_ms = 1000
 //! ```
 //!
 //! Top-level keys:
@@ -86,6 +87,11 @@
 //!   a plaintext room counts); `"encrypted_cross_signed"` (only encrypted verdicts
 //!   from cross-signed devices: a plaintext room's verdicts are refused too, so set
 //!   `permission_room` to an encrypted room). A refused verdict gets a notice.
+//! - `attach_grace_ms`: how long after a session's stream opens nothing is pushed
+//!   to it, in milliseconds; what arrives meanwhile (its replay included) is pushed
+//!   when it ends, in order. Claude Code registers its channel handler only after
+//!   its stream is open and drops a push that comes before it, silently. Default
+//!   1000 ([`mc_model::config::DEFAULT_ATTACH_GRACE_MS`]); 0 pushes at once.
 //!
 //! Unknown keys are errors.
 //!
@@ -115,7 +121,8 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
 use mc_model::config::{
-    DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS, DEFAULT_UNDECRYPTABLE_GRACE_MS,
+    DEFAULT_ATTACH_GRACE_MS, DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS,
+    DEFAULT_UNDECRYPTABLE_GRACE_MS,
 };
 use mc_model::reaction::{normalize_key, ReactionKeys, ReactionKeysError};
 use mc_model::{ConfigError, IdentityConfig, RoomId, UserId, VerdictDevices};
@@ -159,7 +166,7 @@ const TOP_KEYS: [&str; 8] = [
     "identities",
 ];
 
-const IDENTITY_KEYS: [&str; 13] = [
+const IDENTITY_KEYS: [&str; 14] = [
     "homeserver",
     "user_id",
     "allowed_senders",
@@ -173,6 +180,7 @@ const IDENTITY_KEYS: [&str; 13] = [
     "undecryptable_grace_secs",
     "undecryptable_notice",
     "verdict_devices",
+    "attach_grace_ms",
 ];
 
 /// The whole configuration, checked. See the module docs for each key.
@@ -228,6 +236,9 @@ pub struct IdentitySettings {
     pub undecryptable_grace_secs: u64,
     /// Whether the sender of an event still undecryptable then gets a notice.
     pub undecryptable_notice: bool,
+    /// How long a session that attaches waits for its first push, in milliseconds
+    /// (0: none).
+    pub attach_grace_ms: u64,
     /// Which devices a verdict may come from.
     pub verdict_devices: VerdictDevices,
 }
@@ -254,6 +265,7 @@ impl IdentitySettings {
         config.undecryptable_grace_ms = self.undecryptable_grace_secs.saturating_mul(1000);
         config.undecryptable_notice = self.undecryptable_notice;
         config.verdict_devices = self.verdict_devices;
+        config.attach_grace_ms = self.attach_grace_ms;
         config
     }
 }
@@ -907,6 +919,10 @@ impl Walk<'_> {
                     fits
                 }),
         };
+        let attach_grace_ms = match dict.get("attach_grace_ms") {
+            None => Some(DEFAULT_ATTACH_GRACE_MS),
+            Some(v) => self.typed::<u64>(&key("attach_grace_ms"), v),
+        };
         let undecryptable_notice = match dict.get("undecryptable_notice") {
             None => Some(false),
             Some(v) => self.typed::<bool>(&key("undecryptable_notice"), v),
@@ -951,6 +967,7 @@ impl Walk<'_> {
             undecryptable_grace_secs: undecryptable_grace_secs?,
             undecryptable_notice: undecryptable_notice?,
             verdict_devices: verdict_devices?,
+            attach_grace_ms: attach_grace_ms?,
         };
         self.check_identity(path, dict, &settings)
             .then_some(settings)
@@ -1141,6 +1158,7 @@ replay_budget = 50
 undecryptable_grace_secs = 5
 undecryptable_notice = true
 verdict_devices = "any"
+attach_grace_ms = 250
 
 [identities.second-bot_2]
 homeserver = "http://localhost:8008"
@@ -1232,6 +1250,7 @@ approvers = []
                 undecryptable_grace_secs: 30,
                 undecryptable_notice: false,
                 verdict_devices: VerdictDevices::CrossSigned,
+                attach_grace_ms: 1000,
             }
         );
     }
@@ -1265,6 +1284,7 @@ approvers = []
         assert_eq!(bot.replay_budget, 50);
         assert_eq!(bot.undecryptable_grace_secs, 5);
         assert!(bot.undecryptable_notice);
+        assert_eq!(bot.attach_grace_ms, 250);
         let second = &config.identities["second-bot_2"];
         assert_eq!(second.allowed_senders, Vec::<OwnedUserId>::new());
         assert_eq!(second.approvers, Some(vec![]));
@@ -1314,6 +1334,7 @@ approvers = []
         assert_eq!(model.undecryptable_grace_ms, 5_000);
         assert!(model.undecryptable_notice);
         assert_eq!(model.verdict_devices, VerdictDevices::Any);
+        assert_eq!(model.attach_grace_ms, 250);
         assert_eq!(model.validate(), Ok(()));
         let defaults = IdentityConfig::new(model.user_id.clone(), []);
         assert_eq!(model.max_prompts, defaults.max_prompts);

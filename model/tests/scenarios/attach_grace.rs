@@ -29,7 +29,9 @@ fn the_replay_waits_for_the_grace_to_end() {
     assert!(w.trace().is_empty(), "{:?}", w.trace());
     assert_eq!(
         w.state().sessions()[&SessionId::from(S1)],
-        SessionState::Attaching { until: START + GRACE }
+        SessionState::Attaching {
+            until: START + GRACE
+        }
     );
     assert_eq!(w.channel.next_deadline(), Some(START + GRACE));
 
@@ -37,9 +39,15 @@ fn the_replay_waits_for_the_grace_to_end() {
     assert!(w.trace().is_empty(), "{:?}", w.trace());
     w.advance(1);
 
-    assert_eq!(w.trace(), [format!("push s1 {one} message replayed \"one\"")]);
+    assert_eq!(
+        w.trace(),
+        [format!("push s1 {one} message replayed \"one\"")]
+    );
     assert_eq!(w.times(), [START + GRACE]);
-    assert_eq!(w.state().sessions()[&SessionId::from(S1)], SessionState::Live);
+    assert_eq!(
+        w.state().sessions()[&SessionId::from(S1)],
+        SessionState::Live
+    );
     assert_eq!(w.channel.next_deadline(), None);
 }
 
@@ -61,8 +69,17 @@ fn what_arrives_inside_the_grace_is_held_and_follows_the_replay_in_order() {
         .map(|q| q.event_id.clone())
         .collect();
     assert_eq!(held, [two.clone(), three.clone()]);
-    let queued: Vec<_> = w.state().queue().iter().map(|q| q.event_id.clone()).collect();
-    assert_eq!(queued, [one.clone()], "the queue is replayed when the grace ends");
+    let queued: Vec<_> = w
+        .state()
+        .queue()
+        .iter()
+        .map(|q| q.event_id.clone())
+        .collect();
+    assert_eq!(
+        queued,
+        [one.clone()],
+        "the queue is replayed when the grace ends"
+    );
 
     w.advance(GRACE);
 
@@ -110,13 +127,21 @@ fn a_session_detached_inside_its_grace_gives_what_it_held_back_to_the_queue() {
 
     w.detach(S1);
     assert!(w.trace().is_empty(), "{:?}", w.trace());
-    let queued: Vec<_> = w.state().queue().iter().map(|q| q.event_id.clone()).collect();
+    let queued: Vec<_> = w
+        .state()
+        .queue()
+        .iter()
+        .map(|q| q.event_id.clone())
+        .collect();
     assert_eq!(queued, [one.clone()]);
     assert!(w.state().held().is_empty());
 
     w.attach(S2);
     w.advance(GRACE);
-    assert_eq!(w.trace(), [format!("push s2 {one} message replayed \"one\"")]);
+    assert_eq!(
+        w.trace(),
+        [format!("push s2 {one} message replayed \"one\"")]
+    );
     assert!(w.pushes(S1).is_empty());
 }
 
@@ -177,13 +202,21 @@ fn a_restart_inside_the_grace_queues_what_was_held_and_replays_it_once() {
     w.drive();
     assert!(w.pushes(S1).is_empty());
     assert!(w.state().held().is_empty());
-    let queued: Vec<_> = w.state().queue().iter().map(|q| q.event_id.clone()).collect();
+    let queued: Vec<_> = w
+        .state()
+        .queue()
+        .iter()
+        .map(|q| q.event_id.clone())
+        .collect();
     assert_eq!(queued, [one.clone()]);
 
     w.attach(S1);
     w.advance(GRACE);
     w.advance(GRACE);
-    assert_eq!(w.trace(), [format!("push s1 {one} message replayed \"one\"")]);
+    assert_eq!(
+        w.trace(),
+        [format!("push s1 {one} message replayed \"one\"")]
+    );
 }
 
 #[test]

@@ -254,9 +254,9 @@ fn with_a_replay_budget_of_two_the_newest_two_follow_a_cut_notice() {
             ("replay_omitted", "3"),
             ("security", mc_model::SECURITY_POINTER)
         ]
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
     );
 }
 

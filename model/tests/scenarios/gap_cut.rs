@@ -43,9 +43,9 @@ fn a_gap_cut_is_told_to_every_live_session_at_once_with_its_room() {
             ("room_id", R1),
             ("security", mc_model::SECURITY_POINTER)
         ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
     );
     assert!(w.state().gap_cuts().is_empty());
 }
