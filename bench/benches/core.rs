@@ -484,10 +484,13 @@ fn kind(input: &Input) -> &'static str {
 }
 
 /// The identity: Alice may chat and answer prompts, Bob may chat, prompts go to the
-/// room Alice or Bob last wrote in; every other setting is the default.
+/// room Alice or Bob last wrote in, a session is pushed to the instant it attaches
+/// (no attach grace: the clock of a run stands still); every other setting is the
+/// default.
 fn config() -> IdentityConfig {
     let mut config = IdentityConfig::new(BOT.into(), [ALICE.into(), BOB.into()]);
     config.approvers = Some([UserId::from(ALICE)].into());
+    config.attach_grace_ms = 0;
     config
 }
 

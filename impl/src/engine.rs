@@ -1014,7 +1014,9 @@ mod tests {
 
     fn channel() -> Channel {
         let mut channel = Channel::new();
-        let config = IdentityConfig::new(UserId("@bot:hs".into()), [UserId(ALICE.into())]);
+        let mut config = IdentityConfig::new(UserId("@bot:hs".into()), [UserId(ALICE.into())]);
+        // The clock stands still here: a session is pushed to the instant it attaches.
+        config.attach_grace_ms = 0;
         channel
             .add_identity(IdentityId("bot".into()), config)
             .unwrap();
@@ -1594,7 +1596,8 @@ mod tests {
     #[tokio::test]
     async fn a_session_that_stops_reading_delays_no_other_session() {
         let mut channel = channel();
-        let config = IdentityConfig::new(UserId("@bot2:hs".into()), [UserId(ALICE.into())]);
+        let mut config = IdentityConfig::new(UserId("@bot2:hs".into()), [UserId(ALICE.into())]);
+        config.attach_grace_ms = 0;
         channel
             .add_identity(IdentityId("bot2".into()), config)
             .unwrap();
