@@ -2820,14 +2820,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         ));
     }
     if !real {
-        let mut steps = vec![
-            1,
-            ATTACH_GRACE,
-            SETTLE - 1,
-            SETTLE + 1,
-            GRACE + 1,
-            TTL + 1,
-        ];
+        let mut steps = vec![1, ATTACH_GRACE, SETTLE - 1, SETTLE + 1, GRACE + 1, TTL + 1];
         if let Some(at) = world.channel.next_deadline() {
             let d = at.saturating_sub(world.now);
             steps.extend([d.max(1), d.saturating_sub(1).max(1)]);

@@ -74,6 +74,14 @@ pub fn message(content: &str, origin: &Origin) -> Value {
     push("message", content, origin, json!({ "msgtype": "m.text" }))
 }
 
+/// `params` as the first push of an attach carries them: with the `security` meta
+/// ([`mc_model::SECURITY_POINTER`]). The MCP client of the harness takes it out
+/// into [`Notification::security`]; Claude Code renders it as an attribute.
+pub fn briefed(mut params: Value) -> Value {
+    params["meta"]["security"] = json!(mc_model::SECURITY_POINTER);
+    params
+}
+
 /// `params` as replayed to a session that attached after the event arrived.
 pub fn replayed(mut params: Value) -> Value {
     params["meta"]["replayed"] = json!("true");

@@ -20,7 +20,13 @@ use tokio::sync::{mpsc, oneshot, watch, OnceCell};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Notification {
     pub method: String,
+    /// For a channel push, without its `security` meta (taken out into `security`, so
+    /// the expected params of `expect.rs` need not say which push is a session's
+    /// first).
     pub params: Value,
+    /// A channel push's `security` meta: the server sets it on the first push of each
+    /// attach ([`mc_model::SECURITY_POINTER`]).
+    pub security: Option<String>,
 }
 
 /// A failed command: the SDK's error message and code (an HTTP status, a JSON-RPC
@@ -136,9 +142,20 @@ impl McpClient {
                         continue;
                     }
                     if msg["event"] == "notification" {
+                        let method = msg["method"].as_str().unwrap_or_default().to_owned();
+                        let mut params = msg["params"].clone();
+                        let security = if method == super::expect::CHANNEL {
+                            params["meta"]
+                                .as_object_mut()
+                                .and_then(|meta| meta.remove("security"))
+                                .map(|v| v.as_str().map(str::to_owned).unwrap_or(v.to_string()))
+                        } else {
+                            None
+                        };
                         let n = Notification {
-                            method: msg["method"].as_str().unwrap_or_default().to_owned(),
-                            params: msg["params"].clone(),
+                            method,
+                            params,
+                            security,
                         };
                         history.lock().unwrap().push(n.clone());
                         let _ = note_tx.send(n);
@@ -375,9 +392,23 @@ impl McpClient {
     /// `n`, after checking a channel push against the session's instructions.
     #[track_caller]
     fn checked(&self, n: Notification) -> Notification {
+        if let Some(security) = &n.security {
+            assert_eq!(
+                security,
+                mc_model::SECURITY_POINTER,
+                "[{}] a push's security meta is not the pointer: {}",
+                self.name,
+                n.params
+            );
+        }
         if n.method == super::expect::CHANNEL {
             if let Some(text) = self.instructions.lock().unwrap().as_deref() {
-                super::expect::assert_meta_in_instructions(text, &n.params);
+                let mut params = n.params.clone();
+                if let (Some(security), Some(meta)) = (&n.security, params["meta"].as_object_mut())
+                {
+                    meta.insert("security".into(), Value::String(security.clone()));
+                }
+                super::expect::assert_meta_in_instructions(text, &params);
             }
         }
         n

@@ -32,6 +32,11 @@ async fn the_humans_message_arrives_once_with_its_meta_and_a_strangers_message_n
     let hello = f.human.send_text(&f.room, "hello from Ada").await;
     let push = session.next_notification(WAIT).await;
     assert_push(&push, &message("hello from Ada", &f.origin(&hello).await));
+    assert_eq!(
+        push.security.as_deref(),
+        Some(mc_model::SECURITY_POINTER),
+        "the session's first push carries the security pointer (issue 14, item 4)"
+    );
     session.expect_no_notification(QUIET).await;
 
     // The session can answer in the room; its own message is not pushed back to it.
@@ -53,5 +58,9 @@ async fn the_humans_message_arrives_once_with_its_meta_and_a_strangers_message_n
     let marker = f.human.send_text(&f.room, "thanks").await;
     let push = session.next_notification(WAIT).await;
     assert_push(&push, &message("thanks", &f.origin(&marker).await));
+    assert_eq!(
+        push.security, None,
+        "only the first push carries the pointer"
+    );
     session.expect_no_notification(QUIET).await;
 }

@@ -8,7 +8,8 @@ use crate::harness::claude::{
     channel_tag, channel_tags, readme_connect_lines, Claude, NEWEST, OLDER,
 };
 use crate::harness::expect::{
-    message, outcome_html, outcome_plain, prompt_html, prompt_plain, push, replayed, Answer,
+    briefed, message, outcome_html, outcome_plain, prompt_html, prompt_plain, push, replayed,
+    Answer,
 };
 use crate::harness::fake_model::{
     is_main, last_user, text_of, tool_result_text, tool_results, FakeModel, Recorded, Reply,
@@ -51,7 +52,9 @@ async fn a_persons_message_reaches_the_model_as_one_channel_tag_and_a_strangers_
     let marker = format!("person-{}", random_suffix());
     let body = format!("hello from Ada ({marker})");
     let hello = f.human.send_text(&f.room, &body).await;
-    let expected = channel_tag(&message(&body, &f.origin(&hello).await));
+    // The session's first push: it carries the security pointer, which Claude Code
+    // renders as an attribute of the tag (issue 14, item 4).
+    let expected = channel_tag(&briefed(message(&body, &f.origin(&hello).await)));
 
     let request = model
         .wait_request("with the person's message", |r| {
@@ -345,16 +348,14 @@ async fn newest_the_models_send_message_reaches_the_room() {
 /// Scenario d: what the person wrote while Claude Code was not running is replayed
 /// once when it starts (`replayed="true"`), and not again when it starts once more.
 ///
-/// Red against the server as it is (a server bug, reported in issue 14): the server
-/// replays the queue the moment the session's GET stream opens (`Input::Attach`),
-/// and Claude Code registers its channel handler about 50 ms later (after
-/// `initialize`, `tools/list` and the rest). The replayed push reaches a client with
-/// no handler for it and is dropped silently, while the server records it as
-/// delivered: it is never seen. Measured: Attach at 06:15:49.895, "Channel
-/// notifications registered" at 06:15:49.948, no `notifications/claude/channel` in
-/// the debug file, no model request.
+/// It was red until the attach grace (`attach_grace_ms`, default 1 s): the server
+/// replayed the queue the moment the session's GET stream opened, and Claude Code
+/// registers its channel handler about 50 ms later (after `initialize`, `tools/list`
+/// and the rest); the replayed push reached a client with no handler for it and was
+/// dropped silently while the server recorded it as delivered. Measured: Attach at
+/// 06:15:49.895, "Channel notifications registered" at 06:15:49.948. Set
+/// `attach_grace_ms = 0` and this goes red again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "server bug: a replay pushed at attach precedes Claude Code's channel handler and is lost"]
 async fn newest_what_arrived_while_claude_code_was_away_is_replayed_once_and_not_after_a_restart() {
     let f = Fixture::start(|_| {}).await;
     let model = FakeModel::start().await;
@@ -366,10 +367,10 @@ async fn newest_what_arrived_while_claude_code_was_away_is_replayed_once_and_not
     let request = request_with(&model, &before).await;
     assert_eq!(
         channel_tags(&request.body),
-        vec![channel_tag(&replayed(message(
+        vec![channel_tag(&briefed(replayed(message(
             &before,
             &f.origin(&early).await
-        )))],
+        ))))],
     );
 
     claude.stop().await;
@@ -380,7 +381,10 @@ async fn newest_what_arrived_while_claude_code_was_away_is_replayed_once_and_not
     let request = request_with(&model, &after).await;
     assert_eq!(
         channel_tags(&request.body),
-        vec![channel_tag(&message(&after, &f.origin(&late).await))],
+        vec![channel_tag(&briefed(message(
+            &after,
+            &f.origin(&late).await
+        )))],
         "the restarted session's context holds the new message alone"
     );
     for r in &model.recorded()[seen..] {
@@ -404,7 +408,10 @@ async fn newest_a_reply_an_edit_a_reaction_and_a_redaction_reach_the_model_as_wh
 
     let first_text = format!("first words {tag}");
     let first = human.send_text(room, &first_text).await;
-    let mut expected = vec![channel_tag(&message(&first_text, &f.origin(&first).await))];
+    let mut expected = vec![channel_tag(&briefed(message(
+        &first_text,
+        &f.origin(&first).await,
+    )))];
     // Each event starts a turn of its own: wait for it before sending the next, so the
     // context grows one tag at a time.
     async fn arrives(model: &FakeModel, expected: &[String], what: &str) {
@@ -504,10 +511,11 @@ async fn newest_after_a_server_restart_under_claude_code_the_next_message_and_pr
     assert_eq!(
         tags,
         [
-            channel_tag(&message(&warm, &f.origin(&warm_id).await)),
-            channel_tag(&message(&after, &f.origin(&late).await)),
+            channel_tag(&briefed(message(&warm, &f.origin(&warm_id).await))),
+            channel_tag(&briefed(message(&after, &f.origin(&late).await))),
         ],
-        "the same conversation goes on: the message before the restart, then this one"
+        "the same conversation goes on: the message before the restart, then this one, \
+         each the first push of its session"
     );
 
     let marker = format!("run-after-restart-{}", random_suffix());
