@@ -1279,6 +1279,11 @@ fn config(
     c.body_cap_bytes = 120;
     c.quote_cap_chars = 24;
     c.prompt_memory = memory;
+    // A is pushed to the instant a session attaches (the seeds are written so); B
+    // keeps the default attach grace, so pushes are held and released too.
+    if i == 0 {
+        c.attach_grace_ms = 0;
+    }
     c
 }
 
@@ -2373,7 +2378,10 @@ impl World {
         assert!(
             (0..2)
                 .filter_map(|i| self.channel.identity(&ident_id(i)))
-                .all(|state| state.sessions().values().all(|s| *s == SessionState::Detached)
+                .all(|state| state
+                    .sessions()
+                    .values()
+                    .all(|s| *s == SessionState::Detached)
                     && state.held().is_empty()),
             "a session is attached, or holds pushes, after a restart"
         );
