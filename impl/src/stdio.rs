@@ -393,7 +393,10 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// The one writer of stdout: each line, then a flush. A stdout that cannot be
 /// written (the client went away) ends the bridge.
-async fn write_stdout(mut lines: mpsc::UnboundedReceiver<String>, fatal: mpsc::UnboundedSender<String>) {
+async fn write_stdout(
+    mut lines: mpsc::UnboundedReceiver<String>,
+    fatal: mpsc::UnboundedSender<String>,
+) {
     let mut stdout = tokio::io::stdout();
     while let Some(line) = lines.recv().await {
         let written = async {
@@ -433,11 +436,13 @@ impl Bridge {
     /// Reads stdin until it ends, a signal comes, or something fatal happens.
     async fn serve(self: &Arc<Self>, fatal: &mut mpsc::UnboundedReceiver<String>) -> End {
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => return End::Fatal(format!("cannot watch SIGTERM: {e}")),
-        };
-        let mut int = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => return End::Fatal(format!("cannot watch SIGTERM: {e}")),
+            };
+        let mut int = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        {
             Ok(s) => s,
             Err(e) => return End::Fatal(format!("cannot watch SIGINT: {e}")),
         };
@@ -506,7 +511,10 @@ impl Bridge {
             .post(&self.url)
             .bearer_auth(&self.token)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            )
             .headers(headers)
             .body(raw)
             .send()
@@ -559,9 +567,15 @@ impl Bridge {
             let old_protocol = session.protocol.take();
             session.id = id.clone();
             session.protocol = protocol.clone();
-            old_id.filter(|old| Some(old) != id.as_ref()).map(|old| (old, old_protocol))
+            old_id
+                .filter(|old| Some(old) != id.as_ref())
+                .map(|old| (old, old_protocol))
         };
-        tracing::info!(session = id.as_deref().unwrap_or("(none)"), protocol = protocol.as_deref().unwrap_or("(none)"), "initialized");
+        tracing::info!(
+            session = id.as_deref().unwrap_or("(none)"),
+            protocol = protocol.as_deref().unwrap_or("(none)"),
+            "initialized"
+        );
         if let Some((old, old_protocol)) = old {
             let me = self.clone();
             tokio::spawn(async move { me.delete(&old, old_protocol.as_deref()).await });
@@ -705,7 +719,7 @@ impl Bridge {
                                     "the event stream is open again"
                                 );
                             } else {
-                                tracing::debug!("the event stream is open");
+                                tracing::info!("the event stream is open");
                             }
                             let mut events =
                                 sse_stream::SseStream::from_bytes_stream(response.bytes_stream());
@@ -730,14 +744,19 @@ impl Bridge {
                                 }
                             }
                             match broke {
-                                Some(e) => tracing::info!("the event stream broke ({e}): reopening it"),
+                                Some(e) => {
+                                    tracing::info!("the event stream broke ({e}): reopening it")
+                                }
                                 None => tracing::info!("the event stream ended: reopening it"),
                             }
                             Ok(())
                         }
                         s => {
                             let body = response.text().await.unwrap_or_default();
-                            Err(format!("HTTP {s}: {}", body.trim().chars().take(200).collect::<String>()))
+                            Err(format!(
+                                "HTTP {s}: {}",
+                                body.trim().chars().take(200).collect::<String>()
+                            ))
                         }
                     }
                 }
@@ -746,7 +765,10 @@ impl Bridge {
                 Ok(()) => tokio::time::sleep(retry).await,
                 Err(why) => {
                     let since = *down_since.get_or_insert_with(|| {
-                        tracing::warn!("the event stream cannot be opened ({why}): retrying for up to {} s", RECONNECT_FOR.as_secs());
+                        tracing::warn!(
+                            "the event stream cannot be opened ({why}): retrying for up to {} s",
+                            RECONNECT_FOR.as_secs()
+                        );
                         Instant::now()
                     });
                     if since.elapsed() >= RECONNECT_FOR {
@@ -787,9 +809,15 @@ impl Bridge {
             request = request.header("mcp-protocol-version", p);
         }
         match tokio::time::timeout(DELETE_FOR, request.send()).await {
-            Ok(Ok(r)) if r.status().is_success() => tracing::info!(session = %id, "session deleted"),
-            Ok(Ok(r)) => tracing::warn!(session = %id, status = %r.status(), "deleting the session was refused"),
-            Ok(Err(e)) => tracing::warn!(session = %id, "deleting the session failed: {}", error_chain(&e)),
+            Ok(Ok(r)) if r.status().is_success() => {
+                tracing::info!(session = %id, "session deleted")
+            }
+            Ok(Ok(r)) => {
+                tracing::warn!(session = %id, status = %r.status(), "deleting the session was refused")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(session = %id, "deleting the session failed: {}", error_chain(&e))
+            }
             Err(_) => tracing::warn!(session = %id, "deleting the session timed out"),
         }
     }
@@ -855,7 +883,8 @@ mod tests {
         assert_eq!(sse_line(&event).as_deref(), Some(message));
         // Data spread over several `data:` lines is joined with a newline by the
         // parser; the line written has none.
-        let multi = sse_stream::Sse::default().data("{\"jsonrpc\":\"2.0\",\n\"id\":1,\"result\":{}}");
+        let multi =
+            sse_stream::Sse::default().data("{\"jsonrpc\":\"2.0\",\n\"id\":1,\"result\":{}}");
         assert_eq!(
             sse_line(&multi).as_deref(),
             Some(r#"{"id":1,"jsonrpc":"2.0","result":{}}"#)
@@ -975,9 +1004,13 @@ mod tests {
 
     #[test]
     fn only_jsonrpc_bodies_are_forwarded_as_answers() {
-        assert!(is_jsonrpc(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#));
+        assert!(is_jsonrpc(
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#
+        ));
         assert!(is_jsonrpc(r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#));
-        assert!(!is_jsonrpc(r#"{"error":"not_found","message":"session not found"}"#));
+        assert!(!is_jsonrpc(
+            r#"{"error":"not_found","message":"session not found"}"#
+        ));
         assert!(!is_jsonrpc("[]"));
         assert!(!is_jsonrpc("Not Found"));
     }
