@@ -215,6 +215,62 @@ pub fn protocol_header(message: &Value, negotiated: Option<&str>) -> Option<Stri
     negotiated.map(str::to_owned)
 }
 
+/// The first MCP revision whose HTTP clients send `Mcp-Method` and `Mcp-Name` with
+/// each message (SEP-2243), and whose server (rmcp) refuses a message without them
+/// before anything else.
+const STANDARD_HEADERS_FROM: &str = "2026-07-28";
+
+/// The SEP-2243 headers an HTTP client of `revision` sends with `message`: none before
+/// [`STANDARD_HEADERS_FROM`]; else `Mcp-Method`, and `Mcp-Name` for the methods that
+/// name something (a tool or prompt, a resource, a task), Base64-wrapped
+/// (`=?base64?…?=`) when the name cannot travel bare. (`Mcp-Param-*`, for tool
+/// arguments a tool's schema promotes to headers, are never needed: no tool of this
+/// server promotes any, and this server refuses these revisions anyway, with -32022;
+/// these headers only make it refuse them for that reason, as it does over HTTP.)
+pub fn standard_headers(message: &Value, revision: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if !revision.is_some_and(|r| r >= STANDARD_HEADERS_FROM) {
+        return out;
+    }
+    let Some(method) = method(message) else {
+        return out;
+    };
+    if method == "initialize" {
+        return out;
+    }
+    out.push(("mcp-method", method.to_owned()));
+    let key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+        _ => return out,
+    };
+    if let Some(name) = message
+        .pointer(&format!("/params/{key}"))
+        .and_then(Value::as_str)
+    {
+        out.push(("mcp-name", header_value(name)));
+    }
+    out
+}
+
+/// A header value as SEP-2243 carries it: as it is, or `=?base64?<base64>?=` when it
+/// has surrounding blanks, characters outside visible ASCII, or looks wrapped already.
+fn header_value(value: &str) -> String {
+    use base64::Engine as _;
+    let blank_edge = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let unsafe_char = value.chars().any(|c| !(' '..='~').contains(&c));
+    let looks_wrapped = value.starts_with("=?base64?") && value.ends_with("?=");
+    if blank_edge || unsafe_char || looks_wrapped {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(value)
+        )
+    } else {
+        value.to_owned()
+    }
+}
+
 fn method(message: &Value) -> Option<&str> {
     message.get("method").and_then(Value::as_str)
 }
@@ -504,6 +560,11 @@ impl Bridge {
         let mut headers = self.headers(protocol.as_deref());
         if is_initialize {
             headers.remove("mcp-session-id");
+        }
+        for (name, value) in standard_headers(&value, protocol.as_deref()) {
+            if let Ok(value) = value.parse() {
+                headers.insert(name, value);
+            }
         }
         let sent_session = headers.contains_key("mcp-session-id");
         let response = self
@@ -990,6 +1051,40 @@ mod tests {
             protocol_header(&call, Some("2025-11-25")).as_deref(),
             Some("2025-11-25")
         );
+    }
+
+    #[test]
+    fn a_2026_07_28_message_carries_the_standard_headers_and_an_older_one_none() {
+        let discover =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}});
+        assert_eq!(standard_headers(&discover, None), []);
+        assert_eq!(standard_headers(&discover, Some("2025-11-25")), []);
+        assert_eq!(
+            standard_headers(&discover, Some("2026-07-28")),
+            [("mcp-method", "server/discover".to_owned())]
+        );
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "send_message", "arguments": {}}});
+        assert_eq!(
+            standard_headers(&call, Some("2026-07-28")),
+            [
+                ("mcp-method", "tools/call".to_owned()),
+                ("mcp-name", "send_message".to_owned())
+            ]
+        );
+        let read = json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+            "params": {"uri": "file:///ä"}});
+        assert_eq!(
+            standard_headers(&read, Some("2026-07-28"))[1],
+            ("mcp-name", "=?base64?ZmlsZTovLy/DpA==?=".to_owned())
+        );
+        assert_eq!(header_value(" x"), "=?base64?IHg=?=");
+        assert_eq!(
+            header_value("=?base64?eA==?="),
+            "=?base64?PT9iYXNlNjQ/ZUE9PT89?="
+        );
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
+        assert_eq!(standard_headers(&init, Some("2026-07-28")), []);
     }
 
     #[test]

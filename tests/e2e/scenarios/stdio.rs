@@ -284,16 +284,17 @@ impl Drop for Raw {
     }
 }
 
-/// A raw POST to `/channel` without a session; the status and the body as JSON.
-async fn http_post(server: &Server, revision: Option<&str>, body: &str) -> (u16, Value) {
+/// A raw POST to `/channel` without a session, with `headers`; the status and the
+/// body as JSON.
+async fn http_post(server: &Server, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
     let mut req = reqwest::Client::new()
         .post(server.url("/channel"))
         .bearer_auth(server.token(IDENTITY))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .body(body.to_owned());
-    if let Some(revision) = revision {
-        req = req.header("mcp-protocol-version", revision);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
     }
     let resp = req.send().await.expect("POST /channel");
     let status = resp.status().as_u16();
@@ -317,12 +318,13 @@ async fn over_stdio_bad_lines_and_server_discover_get_the_http_answers_and_sigte
     let answer = raw.next().await;
     assert_eq!(answer["id"], Value::Null, "{answer}");
     assert_eq!(answer["error"]["code"], -32700, "{answer}");
-    let (status, over_http) = http_post(&f.server, None, "this is not json").await;
+    let (status, over_http) = http_post(&f.server, &[], "this is not json").await;
     assert_eq!(status, 400);
     assert_eq!(answer, over_http, "the same answer as over HTTP");
 
     // server/discover before initialize (Claude Code 2.1.332's probe at 2026-07-28):
-    // what the HTTP path answers Claude Code, which sends the revision as a header too.
+    // what the HTTP path answers Claude Code, which sends that revision's headers
+    // with it (`MCP-Protocol-Version`, and SEP-2243's `Mcp-Method`).
     let discover = json!({"jsonrpc": "2.0", "id": "server-discover-probe-1",
         "method": "server/discover", "params": {"_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -330,7 +332,15 @@ async fn over_stdio_bad_lines_and_server_discover_get_the_http_answers_and_sigte
     .to_string();
     raw.send(&discover).await;
     let answer = raw.next().await;
-    let (status, over_http) = http_post(&f.server, Some("2026-07-28"), &discover).await;
+    let (status, over_http) = http_post(
+        &f.server,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "server/discover"),
+        ],
+        &discover,
+    )
+    .await;
     assert_eq!(status, 400, "{over_http}");
     assert_eq!(answer, over_http, "the same answer as over HTTP");
     assert_eq!(answer["id"], "server-discover-probe-1");
