@@ -736,6 +736,7 @@ impl Bridge {
         let mut last_event_id: Option<String> = None;
         let mut retry = DEFAULT_RETRY;
         let mut down_since: Option<Instant> = None;
+        let mut opened = false;
         loop {
             let protocol = self.lock().protocol.clone();
             let mut request = self
@@ -774,13 +775,16 @@ impl Bridge {
                             return;
                         }
                         s if s.is_success() => {
-                            if let Some(since) = down_since.take() {
+                            let down_ms = down_since.take().map(|t| t.elapsed().as_millis() as u64);
+                            if opened {
                                 tracing::info!(
-                                    after_ms = since.elapsed().as_millis() as u64,
+                                    last_event_id = last_event_id.as_deref().unwrap_or("(none)"),
+                                    down_ms,
                                     "the event stream is open again"
                                 );
                             } else {
                                 tracing::info!("the event stream is open");
+                                opened = true;
                             }
                             let mut events =
                                 sse_stream::SseStream::from_bytes_stream(response.bytes_stream());

@@ -14,7 +14,7 @@
 //!   and a `listen` on port 0 are clear errors too.
 
 use crate::harness::expect::{
-    assert_push, assert_verdict, message, permission_request, PERMISSION_REQUEST,
+    assert_push, assert_verdict, message, permission_request, replayed, PERMISSION_REQUEST,
 };
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
@@ -520,4 +520,96 @@ async fn without_a_running_serve_stdio_exits_1_saying_to_start_it_and_touches_no
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("port 0"), "{stderr}");
     drop(lock);
+}
+
+/// `initialize` and `notifications/initialized` over raw lines; waits for the
+/// bridge's event stream. Returns the session id the bridge logged.
+async fn raw_session(raw: &mut Raw) -> String {
+    raw.send(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw-stdio", "version": "0"}}})
+        .to_string(),
+    )
+    .await;
+    let init = raw.next().await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    raw.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    raw.wait_stderr("the event stream is open").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stderr = raw.stderr();
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("initialized session="))
+        .expect("the session in the log");
+    log_field(line, "session").expect("a session id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_the_bridge() {
+    let mut f = Fixture::start(|_| {}).await;
+    f.server.pin_listen();
+    let mut raw = Raw::spawn(&f.server);
+    let session = raw_session(&mut raw).await;
+    let first = f.human.send_text(&f.room, "before the restart").await;
+    let push = raw.next().await;
+    assert_eq!(
+        push["params"],
+        message("before the restart", &f.origin(&first).await)
+    );
+
+    // SIGKILL: the bridge's stream breaks; a message sent while the server is down is
+    // pushed once after it is back (the bridge resumes the durable session).
+    f.server.kill9().await;
+    let during = f.human.send_text(&f.room, "while it was down").await;
+    f.server.restart().await;
+    raw.wait_stderr("the event stream is open again").await;
+    let push = raw.next().await;
+    assert_eq!(push["method"], "notifications/claude/channel", "{push}");
+    assert_eq!(
+        push["params"],
+        replayed(message("while it was down", &f.origin(&during).await)),
+        "queued while no stream was open, so replayed: {push}"
+    );
+    let after = f.human.send_text(&f.room, "after the restart").await;
+    let push = raw.next().await;
+    assert_eq!(
+        push["params"],
+        message("after the restart", &f.origin(&after).await),
+        "the next push, and no repeat of an earlier one: {push}"
+    );
+    raw.send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"whoami","arguments":{}}}"#)
+        .await;
+    let whoami = raw.next().await;
+    assert_eq!(whoami["id"], 5, "{whoami}");
+    assert_eq!(
+        whoami["result"]["structuredContent"]["identity"], IDENTITY,
+        "a tool call on the same session after the restart: {whoami}"
+    );
+
+    // The session deleted under it (here by another client of the identity): the
+    // bridge says so and exits 1 rather than go on without a session.
+    let status = reqwest::Client::new()
+        .delete(f.server.url("/channel"))
+        .bearer_auth(f.server.token(IDENTITY))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .expect("DELETE the session")
+        .status();
+    assert!(status.is_success(), "DELETE: {status}");
+    let exit = raw.wait_exit(WAIT).await;
+    assert_eq!(exit.code(), Some(1), "stderr:\n{}", raw.stderr());
+    assert!(
+        raw.stderr()
+            .contains("the server no longer knows this session"),
+        "{}",
+        raw.stderr()
+    );
+    assert!(
+        !token_list(&f.server).await.contains(&format!("stdio (pid")),
+        "the token is revoked on this exit too"
+    );
 }
