@@ -229,7 +229,7 @@ const STANDARD_HEADERS_FROM: &str = "2026-07-28";
 /// these headers only make it refuse them for that reason, as it does over HTTP.)
 pub fn standard_headers(message: &Value, revision: Option<&str>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    if !revision.is_some_and(|r| r >= STANDARD_HEADERS_FROM) {
+    if revision.is_none_or(|r| r < STANDARD_HEADERS_FROM) {
         return out;
     }
     let Some(method) = method(message) else {

@@ -551,6 +551,7 @@ async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_th
     let mut f = Fixture::start(|_| {}).await;
     f.server.pin_listen();
     let mut raw = Raw::spawn(&f.server);
+    let label = format!("stdio (pid {})", raw.pid());
     let session = raw_session(&mut raw).await;
     let first = f.human.send_text(&f.room, "before the restart").await;
     let push = raw.next().await;
@@ -609,7 +610,7 @@ async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_th
         raw.stderr()
     );
     assert!(
-        !token_list(&f.server).await.contains(&format!("stdio (pid")),
+        !token_list(&f.server).await.contains(&label),
         "the token is revoked on this exit too"
     );
 }
