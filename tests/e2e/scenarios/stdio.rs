@@ -2,7 +2,8 @@
 //! README (`matrix-channel --config FILE stdio --identity bot`) attaches to the
 //! running `serve` and carries one identity's channel over stdin and stdout.
 //!
-//! - Through the official SDK's `StdioClientTransport`: initialize declares the
+//! - Through the official SDK's `StdioClientTransport`, running the README's entry as
+//!   written (the binary under test and this config put in): initialize declares the
 //!   channel, a person's message arrives as its exact push, `send_message` reaches
 //!   the room, a relayed prompt's `yes <id>` comes back as the verdict; closing stdin
 //!   ends the process (exit 0, session deleted, its token revoked).
@@ -19,7 +20,7 @@ use crate::harness::expect::{
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
 use crate::harness::server::{binary, Server};
-use crate::harness::{tail, QUIET, WAIT};
+use crate::harness::{repo_root, tail, QUIET, WAIT};
 use serde_json::{json, Value};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -28,15 +29,43 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-/// The arguments of the README's `.mcp.json` entry, with this server's config.
+/// The config path in the README's `.mcp.json` entry.
+const README_CONFIG: &str = "/path/matrix-channel.toml";
+
+/// The arguments of the README's `.mcp.json` entry (the one line starting
+/// `{"mcpServers"`), with this server's config put in.
 fn stdio_args(server: &Server) -> Vec<String> {
-    vec![
-        "--config".into(),
-        server.config_path().display().to_string(),
-        "stdio".into(),
-        "--identity".into(),
-        IDENTITY.into(),
-    ]
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("read README.md");
+    let entries: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with(r#"{"mcpServers""#))
+        .collect();
+    assert_eq!(entries.len(), 1, "one .mcp.json entry in the README");
+    let entry: Value = serde_json::from_str(entries[0]).expect("the README's entry is JSON");
+    let matrix = &entry["mcpServers"]["matrix"];
+    assert_eq!(matrix["command"], "matrix-channel", "{entry}");
+    let args: Vec<String> = matrix["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string args").to_owned())
+        .collect();
+    assert!(args.iter().any(|a| a == README_CONFIG), "{entry}");
+    assert_eq!(
+        args[args.len() - 2..],
+        ["--identity".to_owned(), IDENTITY.to_owned()],
+        "{entry}"
+    );
+    let config = server.config_path().display().to_string();
+    args.into_iter()
+        .map(|a| {
+            if a == README_CONFIG {
+                config.clone()
+            } else {
+                a
+            }
+        })
+        .collect()
 }
 
 /// `token list`'s lines after its header.
