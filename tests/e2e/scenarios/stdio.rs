@@ -7,6 +7,8 @@
 //!   channel, a person's message arrives as its exact push, `send_message` reaches
 //!   the room, a relayed prompt's `yes <id>` comes back as the verdict; closing stdin
 //!   ends the process (exit 0, session deleted, its token revoked).
+//! - A SIGKILLed and restarted `serve`: a request meanwhile gets -32603, the push
+//!   sent meanwhile arrives once; a session deleted under the bridge ends it (exit 1).
 //! - Raw lines: a line that is not JSON gets -32700, and `server/discover` before
 //!   `initialize` gets exactly what the HTTP path answers (-32022, 2026-07-28 not
 //!   offered); a stale `stdio (pid N)` token is revoked at start; SIGTERM ends it.
@@ -592,6 +594,18 @@ async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_th
     // SIGKILL: the bridge's stream breaks; a message sent while the server is down is
     // pushed once after it is back (the bridge resumes the durable session).
     f.server.kill9().await;
+    // A request while nothing listens gets an error, not silence.
+    raw.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#)
+        .await;
+    let refused = raw.next().await;
+    assert_eq!(refused["id"], 4, "{refused}");
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("POST") && m.contains("/channel")),
+        "{refused}"
+    );
     let during = f.human.send_text(&f.room, "while it was down").await;
     f.server.restart().await;
     raw.wait_stderr("the event stream is open again").await;
