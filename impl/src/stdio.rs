@@ -182,7 +182,6 @@ pub fn request_ids(value: &Value) -> Vec<Value> {
 pub fn answered_ids(answer: &Value) -> Vec<Value> {
     messages(answer)
         .into_iter()
-        .filter(|m| m.get("method").is_none())
         .filter(|m| m.get("result").is_some() || m.get("error").is_some())
         .filter_map(|m| m.get("id").cloned())
         .collect()
