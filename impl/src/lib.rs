@@ -11,5 +11,6 @@ pub mod matrix;
 pub mod mcp;
 pub mod server;
 pub mod shutdown;
+pub mod stdio;
 pub mod store;
 pub mod write;

@@ -32,6 +32,16 @@ enum Command {
     /// in time; a second signal exits at once (130 for SIGINT, 143 for SIGTERM); 1 is
     /// a failure to start.
     Serve,
+    /// Serve one identity's channel and tools over stdin and stdout (the MCP stdio
+    /// transport: a command entry in Claude Code's `.mcp.json`) by attaching to the
+    /// running `serve` of this config: every message goes to its `/channel`. Never
+    /// opens the Matrix store. Mints its own token and revokes it at exit. Exits 0
+    /// when stdin closes or at SIGTERM or SIGINT (the session is deleted), 1 when no
+    /// `serve` runs or answers, or when the session is lost.
+    Stdio {
+        #[arg(long)]
+        identity: String,
+    },
     /// Log an identity in to its homeserver with a password, once, and set up
     /// cross-signing for the account if it has none (so clients that share room keys
     /// only with cross-signed devices talk to it). The password is read from
@@ -224,6 +234,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             std::process::exit(stopped.exit_code())
+        }
+        Command::Stdio { identity } => {
+            let config = load(&cli.config)?;
+            init_logs(&config.log);
+            known_identity(&config, &identity)?;
+            let code = mc_server::stdio::run(&config, &identity).await?;
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            // Not a return: the runtime would wait for the blocking stdin reader.
+            std::process::exit(code)
         }
         Command::Login { identity } => {
             let config = load(&cli.config)?;

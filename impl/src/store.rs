@@ -100,6 +100,39 @@ impl StoreLock {
     }
 }
 
+impl StoreLock {
+    /// Who holds the lock of `dir` now (the pid and command it wrote), or `None` when
+    /// no process does, without taking it or writing anything: no lock file, or one
+    /// whose `flock` is free. For `stdio`, which attaches to a running `serve` and
+    /// never owns the store. (It takes a shared lock for an instant: a `serve`
+    /// starting in that instant would be refused, as by any other holder.)
+    /// Errors: the lock file exists but cannot be opened or locked.
+    pub fn holder(dir: &Path) -> Result<Option<String>, StoreError> {
+        use std::io::Read as _;
+        let path = dir.join("lock");
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StoreError::Lock { path, source }),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => {
+                let _ = file.unlock();
+                Ok(None)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                Ok(Some(match holder.trim() {
+                    "" => "unknown pid".to_string(),
+                    h => h.to_string(),
+                }))
+            }
+            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::Lock { path, source }),
+        }
+    }
+}
+
 /// A token as listed: never the secret itself.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TokenInfo {
@@ -188,6 +221,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The public id of a token secret (what `token list` shows and `token revoke` takes):
+/// the first 12 hex digits of its SHA-256.
+pub fn token_id(token: &str) -> String {
+    hex(&token_hash(token)[..6])
+}
+
 impl Store {
     /// Opens (creating if needed) the database in `dir`.
     /// Errors: the directory cannot be created or the database cannot be opened.
@@ -205,10 +244,12 @@ impl Store {
         // a push appends one SSE event of a few hundred bytes, and each page it
         // touches is written whole to the write-ahead log (4 KiB pages wrote about
         // 4 KiB per input; the benchmark's `write calls per input by file`).
+        // The busy timeout first: `token create` and `stdio` open this database while
+        // `serve` has it open and may be writing.
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.pragma_update(None, "page_size", STORE_PAGE_SIZE)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
@@ -237,7 +278,7 @@ impl Store {
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret)
         );
         let hash = token_hash(&token);
-        let id = hex(&hash[..6]);
+        let id = token_id(&token);
         self.conn().execute(
             "INSERT INTO tokens (id, hash, identity, label, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![id, hash, identity, label, unix_secs()],
@@ -570,6 +611,41 @@ mod tests {
         drop(first);
         let again = StoreLock::acquire(dir.path(), "serve");
         assert!(again.is_ok(), "the lock is free once its holder is gone");
+    }
+
+    #[test]
+    fn the_holder_of_a_lock_is_read_without_taking_it_or_writing() {
+        let dir = tempdir::Dir::new();
+        let missing = dir.path().join("never-made");
+        assert_eq!(StoreLock::holder(&missing).unwrap(), None);
+        assert!(!missing.exists(), "asking made no directory");
+        let lock = StoreLock::acquire(dir.path(), "serve").unwrap();
+        let held = format!("pid {}, serve", std::process::id());
+        assert_eq!(StoreLock::holder(dir.path()).unwrap(), Some(held.clone()));
+        assert!(
+            StoreLock::acquire(dir.path(), "login").is_err(),
+            "asking left the holder its lock"
+        );
+        drop(lock);
+        assert_eq!(StoreLock::holder(dir.path()).unwrap(), None);
+        let text = std::fs::read_to_string(dir.path().join("lock")).unwrap();
+        assert_eq!(text, held, "asking wrote nothing into the lock file");
+        assert!(
+            StoreLock::acquire(dir.path(), "serve").is_ok(),
+            "asking left no lock behind"
+        );
+    }
+
+    #[test]
+    fn a_tokens_id_is_the_one_listed_and_revokes_it() {
+        let (_dir, store) = store();
+        let token = store.create_token("bot", "stdio (pid 1)").unwrap();
+        let listed = store.list_tokens().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, token_id(&token));
+        assert_eq!(token_id(&token).len(), 12);
+        assert!(store.revoke_token(&token_id(&token)).unwrap());
+        assert_eq!(store.token_identity(&token).unwrap(), None);
     }
 
     #[test]

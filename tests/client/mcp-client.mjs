@@ -22,21 +22,32 @@
 //     is this command's error (code 404). protocolVersion, when given, is sent as the
 //     MCP-Protocol-Version header as after a real initialize. The reply's
 //     serverCapabilities, serverInfo and instructions are null: no initialize ran.
+//   {"id":1,"cmd":"connect","stdio":{"command":"matrix-channel","args":[...],"env":{...},"cwd":..}}
+//     The stdio transport instead (StdioClientTransport: the SDK spawns the command,
+//     whose stdin and stdout carry the JSON-RPC lines): initialize and
+//     notifications/initialized. Reply: pid (the child's), protocolVersion (the
+//     negotiated one), serverCapabilities, serverInfo, instructions; sessionId null.
+//     The child's stderr lines are events, and so is its exit.
 //   {"id":2,"cmd":"call","tool":"name","args":{...}}   reply: result (the raw CallToolResult)
 //   {"id":3,"cmd":"list_tools"}                        reply: tools
 //   {"id":4,"cmd":"notify","method":"...","params":{...}}
 //   {"id":5,"cmd":"close"}       transport.close(): the session stays on the server
+//                                (stdio: the child's stdin is closed; the SDK sends
+//                                SIGTERM if it has not exited 2 s later)
 //   {"id":6,"cmd":"terminate"}   DELETE the session, then close
 // Events:
 //   {"event":"notification","method":..,"params":..}  every server notification
 //   {"event":"http","method":"GET"|"POST"|"DELETE","status":..,"lastEventId":..}
 //   {"event":"error","message":..,"code":..}          transport errors
 //   {"event":"closed"}
+//   {"event":"stderr","line":..}                       stdio: a line of the child's stderr
+//   {"event":"exit","code":..,"signal":..}             stdio: the child exited
 //
 // The client declares no capabilities: Claude Code declares none for channels.
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
 const CLIENT_INFO = { name: 'matrix-channel-e2e', version: '0.0.0' };
 
@@ -94,8 +105,60 @@ async function dropCurrent() {
     }
 }
 
+// The stdio transport: the SDK spawns the command. Its stderr lines and its exit are
+// reported as events (the exit through the child process, which the SDK keeps in a
+// private field: it has no public exit status).
+async function connectStdio(cmd) {
+    const params = cmd.stdio;
+    const t = new StdioClientTransport({
+        command: params.command,
+        args: params.args ?? [],
+        env: params.env ?? undefined,
+        cwd: params.cwd ?? undefined,
+        stderr: 'pipe',
+    });
+    createInterface({ input: t.stderr }).on('line', line => emit({ event: 'stderr', line }));
+    const start = t.start.bind(t);
+    t.start = async () => {
+        await start();
+        t._process.on('exit', (code, signal) => emit({ event: 'exit', code, signal }));
+    };
+    // The Client hands the negotiated revision to a transport that takes it.
+    let negotiated = null;
+    t.setProtocolVersion = version => {
+        negotiated = version;
+    };
+    const c = new Client(CLIENT_INFO, { capabilities: {} });
+    c.fallbackNotificationHandler = async notification => {
+        emit({ event: 'notification', method: notification.method, params: notification.params ?? null });
+    };
+    c.onerror = err => emit({ event: 'error', ...errorOf(err) });
+    c.onclose = () => emit({ event: 'closed' });
+    client = c;
+    transport = t;
+    try {
+        await c.connect(t);
+    } catch (err) {
+        client = null;
+        transport = null;
+        throw err;
+    }
+    return {
+        sessionId: null,
+        pid: t.pid,
+        protocolVersion: negotiated,
+        serverCapabilities: c.getServerCapabilities() ?? null,
+        serverInfo: c.getServerVersion() ?? null,
+        instructions: c.getInstructions() ?? null,
+        resumed: false,
+    };
+}
+
 async function connect(cmd) {
     await dropCurrent();
+    if (cmd.stdio) {
+        return connectStdio(cmd);
+    }
     const headers = {};
     if (cmd.token !== undefined && cmd.token !== null) {
         headers.Authorization = `Bearer ${cmd.token}`;

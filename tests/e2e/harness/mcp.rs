@@ -281,6 +281,80 @@ impl McpClient {
         Ok(())
     }
 
+    /// Opens a session over stdio: the SDK's `StdioClientTransport` spawns `command`
+    /// with `args` (and only the SDK's default environment plus `env`), then
+    /// initializes. Returns the child's pid with the session. Does not wait for the
+    /// bridge's event stream (see [`McpClient::wait_stderr`]).
+    pub async fn connect_stdio(
+        &self,
+        command: &str,
+        args: &[String],
+        env: Value,
+    ) -> Result<(u32, Connected), ClientError> {
+        let reply = self
+            .command(json!({
+                "cmd": "connect",
+                "stdio": { "command": command, "args": args, "env": env },
+            }))
+            .await?;
+        let connected = connected(&reply);
+        if let Some(text) = &connected.instructions {
+            *self.instructions.lock().unwrap() = Some(text.clone());
+        }
+        let pid = reply["pid"].as_u64().expect("the stdio child's pid") as u32;
+        Ok((pid, connected))
+    }
+
+    /// Waits at most `timeout` for an event `matches` accepts (among all so far, then
+    /// new ones) and returns it.
+    pub async fn wait_event(
+        &self,
+        what: &str,
+        timeout: Duration,
+        matches: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let mut seen = self.events_seen.clone();
+        let found = tokio::time::timeout(timeout, async {
+            loop {
+                if let Some(e) = self.events.lock().unwrap().iter().find(|e| matches(e)) {
+                    return e.clone();
+                }
+                if seen.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| {
+            panic!(
+                "[{}] no event {what} within {timeout:?}; recent client events:\n{}",
+                self.name,
+                self.recent_events(30)
+            )
+        })
+    }
+
+    /// Waits for a line of the stdio child's stderr that contains `needle`.
+    pub async fn wait_stderr(&self, needle: &str, timeout: Duration) -> String {
+        let event = self
+            .wait_event(&format!("stderr {needle:?}"), timeout, |e| {
+                e["event"] == "stderr" && e["line"].as_str().is_some_and(|l| l.contains(needle))
+            })
+            .await;
+        event["line"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Every line of the stdio child's stderr so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "stderr")
+            .filter_map(|e| e["line"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     fn events_len(&self) -> usize {
         self.events.lock().unwrap().len()
     }

@@ -222,7 +222,9 @@ impl Server {
             .expect("wait for matrix-channel")
     }
 
-    fn command(&self) -> Command {
+    /// `matrix-channel --config FILE` in the server's directory, with the developer's
+    /// `MATRIX_CHANNEL_*` variables removed; add the arguments.
+    pub fn command(&self) -> Command {
         let mut cmd = Command::new(binary());
         cmd.arg("--config").arg(self.config_path());
         cmd.current_dir(&self.path);
@@ -401,6 +403,13 @@ impl Server {
     /// The server's whole log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Writes the address `serve` took into the config's `listen` (it started on port
+    /// 0), as an operator's config names a fixed port: `matrix-channel stdio` reads
+    /// where to attach from there.
+    pub fn pin_listen(&self) {
+        self.write_config(&self.addr().to_string());
     }
 
     /// Starts `serve` again on the same store and the same address.

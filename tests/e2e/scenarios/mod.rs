@@ -15,6 +15,7 @@ mod relations;
 mod replay;
 mod restart;
 mod shutdown;
+mod stdio;
 mod stream;
 mod sync;
 mod tools;
