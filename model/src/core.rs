@@ -956,10 +956,8 @@ impl IdentityState {
             .sessions
             .values()
             .any(|state| matches!(state, SessionState::Attaching { .. }));
-        if live.is_empty() || attaching {
-            if !self.gap_cuts.contains(&room) {
-                self.gap_cuts.push(room.clone());
-            }
+        if (live.is_empty() || attaching) && !self.gap_cuts.contains(&room) {
+            self.gap_cuts.push(room.clone());
         }
         for session in live {
             self.push(&session, None, 0, render_gap_cut(&room), out);

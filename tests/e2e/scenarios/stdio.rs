@@ -17,7 +17,7 @@
 //!   and a `listen` on port 0 are clear errors too.
 
 use crate::harness::expect::{
-    assert_push, assert_verdict, message, permission_request, replayed, PERMISSION_REQUEST,
+    assert_push, assert_verdict, briefed, message, permission_request, replayed, PERMISSION_REQUEST,
 };
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::mcp::McpClient;
@@ -429,7 +429,7 @@ async fn over_stdio_bad_lines_and_server_discover_get_the_http_answers_and_sigte
     assert_eq!(push["method"], "notifications/claude/channel", "{push}");
     assert_eq!(
         push["params"],
-        message("hello, raw", &f.origin(&hello).await),
+        briefed(message("hello, raw", &f.origin(&hello).await)),
         "{push}"
     );
 
@@ -588,7 +588,7 @@ async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_th
     let push = raw.next().await;
     assert_eq!(
         push["params"],
-        message("before the restart", &f.origin(&first).await)
+        briefed(message("before the restart", &f.origin(&first).await))
     );
 
     // SIGKILL: the bridge's stream breaks; a message sent while the server is down is
@@ -613,8 +613,12 @@ async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_th
     assert_eq!(push["method"], "notifications/claude/channel", "{push}");
     assert_eq!(
         push["params"],
-        replayed(message("while it was down", &f.origin(&during).await)),
-        "queued while no stream was open, so replayed: {push}"
+        briefed(replayed(message(
+            "while it was down",
+            &f.origin(&during).await
+        ))),
+        "queued while no stream was open, so replayed, and the first push of the new \
+         attach: {push}"
     );
     let after = f.human.send_text(&f.room, "after the restart").await;
     let push = raw.next().await;
