@@ -20,6 +20,16 @@ fn the_default_grace_is_one_second() {
 }
 
 #[test]
+fn a_config_persisted_before_the_grace_existed_gets_the_default() {
+    let mut config = mc_model::IdentityConfig::new(BOT.into(), [ALICE.into()]);
+    config.attach_grace_ms = 0;
+    let mut json = serde_json::to_value(&config).unwrap();
+    json.as_object_mut().unwrap().remove("attach_grace_ms");
+    let read: mc_model::IdentityConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(read.attach_grace_ms, 1_000);
+}
+
+#[test]
 fn the_replay_waits_for_the_grace_to_end() {
     let mut w = graced();
     let one = w.say(ALICE, R1, "one");
