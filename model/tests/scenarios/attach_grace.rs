@@ -87,7 +87,7 @@ fn what_arrives_inside_the_grace_is_held_and_follows_the_replay_in_order() {
         .collect();
     assert_eq!(
         queued,
-        [one.clone()],
+        std::slice::from_ref(&one),
         "the queue is replayed when the grace ends"
     );
 
@@ -143,7 +143,7 @@ fn a_session_detached_inside_its_grace_gives_what_it_held_back_to_the_queue() {
         .iter()
         .map(|q| q.event_id.clone())
         .collect();
-    assert_eq!(queued, [one.clone()]);
+    assert_eq!(queued, std::slice::from_ref(&one));
     assert!(w.state().held().is_empty());
 
     w.attach(S2);
@@ -218,7 +218,7 @@ fn a_restart_inside_the_grace_queues_what_was_held_and_replays_it_once() {
         .iter()
         .map(|q| q.event_id.clone())
         .collect();
-    assert_eq!(queued, [one.clone()]);
+    assert_eq!(queued, std::slice::from_ref(&one));
 
     w.attach(S1);
     w.advance(GRACE);

@@ -189,6 +189,46 @@ impl Claude {
         identity: &str,
         model: &FakeModel,
     ) -> Claude {
+        let mut claude = Claude::prepare(version, server, model).await;
+        let [add, _] = connect_commands(&server.url("/channel"), server.token(identity));
+        claude.run_add(&add);
+        claude.configure();
+        claude.launch().await;
+        claude
+    }
+
+    /// Like [`Claude::start`], but over stdio: the README's `.mcp.json` entry for the
+    /// server `matrix` (`command` and `args`, the config path put in) goes into the
+    /// project's MCP servers, as `claude mcp add` would write it, with the binary
+    /// under test found on `PATH` as `matrix-channel`; then the README's launch line.
+    pub async fn start_stdio(
+        version: &'static str,
+        server: &Server,
+        entry: Value,
+        model: &FakeModel,
+    ) -> Claude {
+        let mut claude = Claude::prepare(version, server, model).await;
+        let bin = claude.path.join("bin");
+        std::fs::create_dir_all(&bin).expect("create bin/");
+        std::os::unix::fs::symlink(super::server::binary(), bin.join("matrix-channel"))
+            .expect("link matrix-channel into bin/");
+        for (k, v) in claude.env.iter_mut() {
+            if k == "PATH" {
+                *v = format!("{}:{v}", bin.display());
+            }
+        }
+        let file = claude.config_file();
+        let work = claude.workdir().display().to_string();
+        let config = json!({ "projects": { work: { "mcpServers": { "matrix": entry } } } });
+        std::fs::write(&file, serde_json::to_string_pretty(&config).unwrap())
+            .expect("write .claude.json");
+        claude.configure();
+        claude.launch().await;
+        claude
+    }
+
+    /// The isolated directories and environment of a session, not launched.
+    async fn prepare(version: &'static str, server: &Server, model: &FakeModel) -> Claude {
         let elf = install(version).await;
         let dir = tempfile::Builder::new()
             .prefix("mc-claude-")
@@ -225,8 +265,8 @@ impl Claude {
                 env.push((key.into(), "1".into()));
             }
         }
-        let [add, launch] = connect_commands(&server.url("/channel"), server.token(identity));
-        let mut claude = Claude {
+        let [_, launch] = connect_commands(&server.url("/channel"), README_TOKEN);
+        Claude {
             version,
             elf,
             dir: Some(dir),
@@ -236,11 +276,7 @@ impl Claude {
             launch,
             launches: 0,
             running: false,
-        };
-        claude.run_add(&add);
-        claude.configure();
-        claude.launch().await;
-        claude
+        }
     }
 
     /// The session's working directory (the project Claude Code runs in).

@@ -664,3 +664,74 @@ async fn newest_a_thumbs_up_on_the_prompt_lets_bash_run_after_the_settle_window(
     )
     .await;
 }
+
+/// Over stdio: Claude Code runs the README's `.mcp.json` entry (`matrix-channel
+/// --config … stdio --identity bot`, attached to the running `serve`); a person's
+/// message reaches the model as one tag, the session's first (so briefed), and a Bash
+/// call runs after `yes <id>` in Matrix. While it runs, the bridge's own token is
+/// listed; no HTTP server is configured in this Claude Code, so all of it went
+/// through stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes() {
+    let f = Fixture::start(|_| {}).await;
+    f.server.pin_listen();
+    let model = FakeModel::start().await;
+    let entry = json!({
+        "command": "matrix-channel",
+        "args": crate::scenarios::stdio::stdio_args(&f.server),
+    });
+    let claude = Claude::start_stdio(NEWEST, &f.server, entry, &model).await;
+    let tokens = crate::scenarios::stdio::token_list(&f.server).await;
+    assert!(
+        tokens.contains("stdio (pid "),
+        "the bridge's token: {tokens}"
+    );
+
+    let marker = format!("over-stdio-{}", random_suffix());
+    let body = format!("hello over stdio ({marker})");
+    let hello = f.human.send_text(&f.room, &body).await;
+    let request = request_with(&model, &marker).await;
+    assert_eq!(
+        channel_tags(&request.body),
+        vec![channel_tag(&briefed(message(
+            &body,
+            &f.origin(&hello).await
+        )))],
+    );
+
+    let run = format!("run-over-stdio-{}", random_suffix());
+    let file = claude.workdir().join(format!("{run}.txt"));
+    let command = format!("touch {}", file.display());
+    let description = format!("Create the file {run}.txt");
+    model.once_on(
+        &run,
+        Reply::Tool {
+            name: "Bash".into(),
+            input: json!({ "command": command, "description": description }),
+        },
+    );
+    f.human
+        .send_text(&f.room, &format!("please run {run}"))
+        .await;
+    let (prompt, id) = prompt_containing(&f, &run).await;
+    assert_eq!(
+        prompt["content"]["body"],
+        prompt_plain(
+            &id,
+            "Bash",
+            &description,
+            &bash_preview(NEWEST, &command, &description)
+        ),
+        "{prompt}"
+    );
+    let tool_use = tool_use_id(&model, &run);
+    assert!(!file.exists(), "Bash ran before the answer");
+    f.human.send_text(&f.room, &format!("yes {id}")).await;
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(
+        (result["is_error"].as_bool(), result["content"].as_str()),
+        (Some(false), Some(NO_OUTPUT)),
+        "the model's tool result after yes: {result}"
+    );
+    assert!(file.exists(), "{}: Bash ran after yes", file.display());
+}

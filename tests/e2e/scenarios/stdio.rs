@@ -36,7 +36,7 @@ const README_CONFIG: &str = "/path/matrix-channel.toml";
 
 /// The arguments of the README's `.mcp.json` entry (the one line starting
 /// `{"mcpServers"`), with this server's config put in.
-fn stdio_args(server: &Server) -> Vec<String> {
+pub(crate) fn stdio_args(server: &Server) -> Vec<String> {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("read README.md");
     let entries: Vec<&str> = readme
         .lines()
@@ -71,7 +71,7 @@ fn stdio_args(server: &Server) -> Vec<String> {
 }
 
 /// `token list`'s lines after its header.
-async fn token_list(server: &Server) -> String {
+pub(crate) async fn token_list(server: &Server) -> String {
     let out = server.cli(&["token", "list"], None).await;
     assert!(out.status.success(), "token list: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
