@@ -25,7 +25,7 @@ use mc_conformance::alphabet::Adapter;
 use mc_conformance::runner::{check_with, regressions, required_kinds, run_sequence, Target};
 use mc_conformance::world::{
     AgentOp, AgentRel, BadRequest, Change, Ident, Key, Mode, Observation, Odd, RealMode, Redactor,
-    Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, REAL_SETTLE, REAL_TTL,
+    Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, REAL_ATTACH_GRACE, REAL_SETTLE, REAL_TTL,
 };
 use mc_model::{AgentWrite, Channel, EventId, RoomId};
 use proptest::test_runner::Config;
@@ -130,6 +130,7 @@ impl Real {
             id.approvers = Some(vec![ann.user_id.clone()]);
             id.prompt_ttl_secs = Some(REAL_TTL / 1000);
             id.settle_ms = Some(REAL_SETTLE);
+            id.attach_grace_ms = Some(REAL_ATTACH_GRACE);
             id.replay_budget = Some(3);
             id
         };
@@ -835,7 +836,7 @@ impl Target for Real {
                 observed.push(Observation::Notification {
                     session,
                     method: note.method.clone(),
-                    params: self.symbolic_params(&note.params),
+                    params: self.symbolic_params(&note.wire_params()),
                 });
             }
             // Prompts first, so that edits of a prompt posted in the same step translate.

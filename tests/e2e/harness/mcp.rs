@@ -29,6 +29,20 @@ pub struct Notification {
     pub security: Option<String>,
 }
 
+impl Notification {
+    /// The params as the server sent them: `security` put back into the meta.
+    pub fn wire_params(&self) -> Value {
+        let mut params = self.params.clone();
+        if let Some(security) = &self.security {
+            // (Indexing a JSON object mutably inserts the key: only with a pointer.)
+            if let Some(meta) = params.pointer_mut("/meta").and_then(Value::as_object_mut) {
+                meta.insert("security".into(), Value::String(security.clone()));
+            }
+        }
+        params
+    }
+}
+
 /// A failed command: the SDK's error message and code (an HTTP status, a JSON-RPC
 /// error code, or a connection error code such as `"ECONNREFUSED"`).
 #[derive(Clone, Debug)]
@@ -145,8 +159,9 @@ impl McpClient {
                         let method = msg["method"].as_str().unwrap_or_default().to_owned();
                         let mut params = msg["params"].clone();
                         let security = if method == super::expect::CHANNEL {
-                            params["meta"]
-                                .as_object_mut()
+                            params
+                                .pointer_mut("/meta")
+                                .and_then(Value::as_object_mut)
                                 .and_then(|meta| meta.remove("security"))
                                 .map(|v| v.as_str().map(str::to_owned).unwrap_or(v.to_string()))
                         } else {
@@ -477,12 +492,7 @@ impl McpClient {
         }
         if n.method == super::expect::CHANNEL {
             if let Some(text) = self.instructions.lock().unwrap().as_deref() {
-                let mut params = n.params.clone();
-                if let (Some(security), Some(meta)) = (&n.security, params["meta"].as_object_mut())
-                {
-                    meta.insert("security".into(), Value::String(security.clone()));
-                }
-                super::expect::assert_meta_in_instructions(text, &params);
+                super::expect::assert_meta_in_instructions(text, &n.wire_params());
             }
         }
         n

@@ -34,6 +34,9 @@ pub struct Identity {
     pub settle_ms: Option<u64>,
     pub replay_budget: Option<u64>,
     pub undecryptable_grace_secs: Option<u64>,
+    /// `attach_grace_ms`: how long after a session's stream opens its first push
+    /// waits (the server's default, 1000, when `None`).
+    pub attach_grace_ms: Option<u64>,
     /// `verdict_devices`: `"any"`, `"cross_signed"` or `"encrypted_cross_signed"`.
     pub verdict_devices: Option<&'static str>,
 }
@@ -52,6 +55,7 @@ impl Identity {
             settle_ms: None,
             replay_budget: None,
             undecryptable_grace_secs: None,
+            attach_grace_ms: None,
             verdict_devices: None,
         }
     }
@@ -114,6 +118,9 @@ impl ServerConfig {
             }
             if let Some(v) = id.undecryptable_grace_secs {
                 out.push_str(&format!("undecryptable_grace_secs = {v}\n"));
+            }
+            if let Some(v) = id.attach_grace_ms {
+                out.push_str(&format!("attach_grace_ms = {v}\n"));
             }
             if let Some(v) = id.verdict_devices {
                 out.push_str(&format!("verdict_devices = {v:?}\n"));
