@@ -175,11 +175,13 @@ fn bash_preview(version: &str, command: &str, description: &str) -> String {
     }
 }
 
-/// Content escaping: a person's message that tries to close the tag, open another and
-/// carry markup reaches the model as the server pushed it (its `</channel` and
-/// `<system` neutralised to `＜`, flagged `suspicious`), every other character as
-/// written: Claude Code adds no escaping of its own to `content` (its rewrite of a
-/// closing `</channel` never fires, the server's came first).
+/// Content escaping, where the two versions differ: a person's message that tries to
+/// close the tag, open another and carry markup reaches the model as the server
+/// pushed it (its `</channel` and `<system` neutralised to `＜`, flagged
+/// `suspicious`), every other character as written; 2.1.197 adds nothing, while
+/// 2.1.332 rewrites the server's `＜` of a closing channel tag (spaced and in
+/// capitals too) once more, to `<\` (`<\/channel>`, `<\ / CHANNEL >`). Neither
+/// closes the tag; `<b>`, `&` and quotes pass raw in both.
 async fn markup_in_a_message_reaches_the_model_as_the_server_neutralised_it(version: &'static str) {
     let f = Fixture::start(|_| {}).await;
     let model = FakeModel::start().await;
@@ -196,9 +198,16 @@ async fn markup_in_a_message_reaches_the_model_as_the_server_neutralised_it(vers
         suspicious && pushed.contains("\u{FF1C}/channel>"),
         "{pushed}"
     );
+    let seen = if version == NEWEST {
+        pushed
+            .replace("\u{FF1C}/channel", "<\\/channel")
+            .replace("\u{FF1C} / CHANNEL", "<\\ / CHANNEL")
+    } else {
+        pushed.to_string()
+    };
     let expected = channel_tag(&briefed(push(
         "message",
-        &pushed,
+        &seen,
         &f.origin(&hello).await,
         json!({ "msgtype": "m.text", "suspicious": "true" }),
     )));
