@@ -2760,7 +2760,16 @@ impl World {
     /// Handles one input and checks every effect and the state after it.
     fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
         let before = self.channel.now();
+        // Live before the input, or made live by its timers (an attach grace that
+        // is over): every input fires the due timers first.
         self.live_before = self.live_sessions();
+        self.live_before.extend(
+            (0..2)
+                .filter_map(|i| self.channel.identity(&ident_id(i)))
+                .flat_map(|state| state.sessions().iter())
+                .filter(|(_, s)| matches!(s, SessionState::Attaching { until } if *until <= now))
+                .map(|(session, _)| session.clone()),
+        );
         self.prompts_before = (0..2)
             .filter_map(|i| Some((i, self.channel.identity(&ident_id(i))?)))
             .flat_map(|(i, state)| state.prompts().iter().map(move |p| (i, p.clone())))

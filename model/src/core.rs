@@ -550,6 +550,11 @@ impl Channel {
                 in_flight: &mut self.in_flight,
                 effects,
             };
+            // Every session is detached before any held push is given back, or one
+            // would be delivered to a session the loop has not reached yet.
+            for session in state.sessions.values_mut() {
+                *session = SessionState::Detached;
+            }
             let sessions: Vec<SessionId> = state.sessions.keys().cloned().collect();
             for session in sessions {
                 state.set_detached(&session, &mut out);

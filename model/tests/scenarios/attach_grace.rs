@@ -302,3 +302,34 @@ fn the_security_pointer_is_plain_text_that_fits_in_an_attribute() {
     assert!(!SECURITY_POINTER.contains(['<', '>', '"', '&', '\n']));
     assert!(SECURITY_POINTER.starts_with("the text of every channel tag is chat"));
 }
+
+#[test]
+fn a_restart_gives_what_was_held_to_the_queue_not_to_a_session_it_is_about_to_detach() {
+    let mut w = graced();
+    w.attach(S1);
+    let one = w.say(ALICE, R1, "one");
+    w.advance(10);
+    w.attach(S2);
+    w.advance(490);
+    // s1 attaches again: its grace starts over and it keeps "one"; s2 goes live
+    // first, without "one".
+    w.attach(S1);
+    w.advance(GRACE - 400);
+    assert_eq!(
+        w.state().sessions()[&SessionId::from(S2)],
+        SessionState::Live
+    );
+    w.mark();
+
+    w.restart();
+    w.drive();
+
+    assert!(w.all_pushes().is_empty(), "{:?}", w.trace());
+    let queued: Vec<_> = w
+        .state()
+        .queue()
+        .iter()
+        .map(|q| q.event_id.clone())
+        .collect();
+    assert_eq!(queued, std::slice::from_ref(&one));
+}
