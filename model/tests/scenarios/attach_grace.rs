@@ -264,36 +264,36 @@ fn a_session_inside_its_grace_may_ask_for_permission() {
     assert_eq!(w.state().prompts().len(), 1, "{:?}", w.trace());
 }
 
-#[test]
-fn only_the_first_push_of_each_attach_carries_the_security_pointer() {
-    let mut w = graced();
+/// Attaches `s1` (again), waits out its grace, then two messages arrive: the
+/// `security` meta of each push.
+fn security_of_two_pushes_after_an_attach(w: &mut World) -> Vec<Option<String>> {
     w.attach(S1);
     w.advance(GRACE);
     w.mark();
-
     w.say(ALICE, R1, "one");
     w.say(ALICE, R1, "two");
     w.drive();
-    let security: Vec<Option<String>> = w
-        .pushes(S1)
+    w.pushes(S1)
         .iter()
         .map(|p| p.meta("security").map(str::to_owned))
-        .collect();
-    assert_eq!(security, [Some(SECURITY_POINTER.to_owned()), None]);
+        .collect()
+}
+
+#[test]
+fn only_the_first_push_of_each_attach_carries_the_security_pointer() {
+    let mut w = graced();
+    let pointer = Some(SECURITY_POINTER.to_owned());
+    assert_eq!(
+        security_of_two_pushes_after_an_attach(&mut w),
+        [pointer.clone(), None]
+    );
 
     w.detach(S1);
-    w.attach(S1);
-    w.advance(GRACE);
-    w.mark();
-    w.say(ALICE, R1, "three");
-    w.say(ALICE, R1, "four");
-    w.drive();
-    let security: Vec<Option<String>> = w
-        .pushes(S1)
-        .iter()
-        .map(|p| p.meta("security").map(str::to_owned))
-        .collect();
-    assert_eq!(security, [Some(SECURITY_POINTER.to_owned()), None]);
+    assert_eq!(
+        security_of_two_pushes_after_an_attach(&mut w),
+        [pointer, None],
+        "a new attach is briefed again"
+    );
 }
 
 #[test]
