@@ -156,6 +156,31 @@ fn tool_use_id(model: &FakeModel, marker: &str) -> String {
         })
 }
 
+/// Scripts the fake model to answer the message naming `marker` with a Bash call
+/// that creates `{marker}.txt` in `work`, then the person asks for it in the room;
+/// returns the file and the command.
+async fn ask_for_bash_touch(
+    f: &Fixture,
+    model: &FakeModel,
+    work: &std::path::Path,
+    marker: &str,
+    description: &str,
+) -> (std::path::PathBuf, String) {
+    let file = work.join(format!("{marker}.txt"));
+    let command = format!("touch {}", file.display());
+    model.once_on(
+        marker,
+        Reply::Tool {
+            name: "Bash".into(),
+            input: json!({ "command": command, "description": description }),
+        },
+    );
+    f.human
+        .send_text(&f.room, &format!("please run {marker}"))
+        .await;
+    (file, command)
+}
+
 /// What the Bash tool result says when the command printed nothing.
 const NO_OUTPUT: &str = "(Bash completed with no output)";
 /// What the model receives for a tool use denied from the channel.
@@ -243,19 +268,8 @@ async fn bash_runs_after_yes_and_is_denied_after_no(version: &'static str) {
     let mut ids = Vec::new();
     for (answer, allow) in [("yes", true), ("no", false)] {
         let marker = format!("run-{answer}-{}", random_suffix());
-        let file = work.join(format!("{marker}.txt"));
-        let command = format!("touch {}", file.display());
         let description = format!("Create the file {marker}.txt");
-        model.once_on(
-            &marker,
-            Reply::Tool {
-                name: "Bash".into(),
-                input: json!({ "command": command, "description": description }),
-            },
-        );
-        f.human
-            .send_text(&f.room, &format!("please run {marker}"))
-            .await;
+        let (file, command) = ask_for_bash_touch(&f, &model, &work, &marker, &description).await;
         let (prompt, id) = prompt_containing(&f, &marker).await;
         let preview = bash_preview(version, &command, &description);
         assert_eq!(
@@ -574,18 +588,8 @@ async fn newest_after_a_server_restart_under_claude_code_the_next_message_and_pr
     );
 
     let marker = format!("run-after-restart-{}", random_suffix());
-    let file = claude.workdir().join(format!("{marker}.txt"));
-    let command = format!("touch {}", file.display());
-    model.once_on(
-        &marker,
-        Reply::Tool {
-            name: "Bash".into(),
-            input: json!({ "command": command, "description": "Create the file" }),
-        },
-    );
-    f.human
-        .send_text(&f.room, &format!("please run {marker}"))
-        .await;
+    let (file, _) =
+        ask_for_bash_touch(&f, &model, &claude.workdir(), &marker, "Create the file").await;
     let (_, id) = prompt_containing(&f, &marker).await;
     let tool_use = tool_use_id(&model, &marker);
     f.human.send_text(&f.room, &format!("yes {id}")).await;
@@ -680,18 +684,8 @@ async fn newest_a_thumbs_up_on_the_prompt_lets_bash_run_after_the_settle_window(
     let model = FakeModel::start().await;
     let claude = Claude::start(NEWEST, &f.server, IDENTITY, &model).await;
     let marker = format!("run-thumb-{}", random_suffix());
-    let file = claude.workdir().join(format!("{marker}.txt"));
-    let command = format!("touch {}", file.display());
-    model.once_on(
-        &marker,
-        Reply::Tool {
-            name: "Bash".into(),
-            input: json!({ "command": command, "description": "Create the file" }),
-        },
-    );
-    f.human
-        .send_text(&f.room, &format!("please run {marker}"))
-        .await;
+    let (file, _) =
+        ask_for_bash_touch(&f, &model, &claude.workdir(), &marker, "Create the file").await;
     let (prompt, id) = prompt_containing(&f, &marker).await;
     let prompt_id = prompt["event_id"].as_str().unwrap().to_owned();
     let tool_use = tool_use_id(&model, &marker);
@@ -755,19 +749,9 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
     );
 
     let run = format!("run-over-stdio-{}", random_suffix());
-    let file = claude.workdir().join(format!("{run}.txt"));
-    let command = format!("touch {}", file.display());
     let description = format!("Create the file {run}.txt");
-    model.once_on(
-        &run,
-        Reply::Tool {
-            name: "Bash".into(),
-            input: json!({ "command": command, "description": description }),
-        },
-    );
-    f.human
-        .send_text(&f.room, &format!("please run {run}"))
-        .await;
+    let (file, command) =
+        ask_for_bash_touch(&f, &model, &claude.workdir(), &run, &description).await;
     let (prompt, id) = prompt_containing(&f, &run).await;
     assert_eq!(
         prompt["content"]["body"],
