@@ -633,6 +633,15 @@ impl World {
 
     // ----- observations (since the last mark) ----------------------------------
 
+    /// The event ids in the default identity's queue, oldest first.
+    pub fn queued_ids(&self) -> Vec<EventId> {
+        self.state()
+            .queue()
+            .iter()
+            .map(|q| q.event_id.clone())
+            .collect()
+    }
+
     /// Observations start after everything recorded so far.
     pub fn mark(&mut self) {
         self.seen = self.log.len();

@@ -79,12 +79,7 @@ fn what_arrives_inside_the_grace_is_held_and_follows_the_replay_in_order() {
         .map(|q| q.event_id.clone())
         .collect();
     assert_eq!(held, [two.clone(), three.clone()]);
-    let queued: Vec<_> = w
-        .state()
-        .queue()
-        .iter()
-        .map(|q| q.event_id.clone())
-        .collect();
+    let queued = w.queued_ids();
     assert_eq!(
         queued,
         std::slice::from_ref(&one),
@@ -137,12 +132,7 @@ fn a_session_detached_inside_its_grace_gives_what_it_held_back_to_the_queue() {
 
     w.detach(S1);
     assert!(w.trace().is_empty(), "{:?}", w.trace());
-    let queued: Vec<_> = w
-        .state()
-        .queue()
-        .iter()
-        .map(|q| q.event_id.clone())
-        .collect();
+    let queued = w.queued_ids();
     assert_eq!(queued, std::slice::from_ref(&one));
     assert!(w.state().held().is_empty());
 
@@ -212,12 +202,7 @@ fn a_restart_inside_the_grace_queues_what_was_held_and_replays_it_once() {
     w.drive();
     assert!(w.pushes(S1).is_empty());
     assert!(w.state().held().is_empty());
-    let queued: Vec<_> = w
-        .state()
-        .queue()
-        .iter()
-        .map(|q| q.event_id.clone())
-        .collect();
+    let queued = w.queued_ids();
     assert_eq!(queued, std::slice::from_ref(&one));
 
     w.attach(S1);
@@ -325,11 +310,6 @@ fn a_restart_gives_what_was_held_to_the_queue_not_to_a_session_it_is_about_to_de
     w.drive();
 
     assert!(w.all_pushes().is_empty(), "{:?}", w.trace());
-    let queued: Vec<_> = w
-        .state()
-        .queue()
-        .iter()
-        .map(|q| q.event_id.clone())
-        .collect();
+    let queued = w.queued_ids();
     assert_eq!(queued, std::slice::from_ref(&one));
 }

@@ -459,12 +459,7 @@ fn failed_pushes_go_back_to_the_queue_in_arrival_order() {
     w.unhold(Kind::Push);
     w.release(held[0].id, Some(failed()));
     w.release(held[1].id, Some(failed()));
-    let queued: Vec<_> = w
-        .state()
-        .queue()
-        .iter()
-        .map(|q| q.event_id.clone())
-        .collect();
+    let queued = w.queued_ids();
     assert_eq!(queued, [one.clone(), two.clone(), three.clone()]);
     w.mark();
 
@@ -742,12 +737,7 @@ fn a_queued_event_the_log_forgets_leaves_the_queue_visibly() {
             format!("drop {verdict} NotApprover"),
         ]
     );
-    let queued: Vec<_> = w
-        .state()
-        .queue()
-        .iter()
-        .map(|q| q.event_id.clone())
-        .collect();
+    let queued = w.queued_ids();
     assert_eq!(queued, [second]);
 }
 
