@@ -47,11 +47,14 @@ pub fn seeded_state(
 ) -> anyhow::Result<String> {
     let id = IdentityId(identity.to_owned());
     let mut channel = Channel::new();
+    let mut config = IdentityConfig::new(UserId(bot.to_owned()), [UserId(sender.to_owned())]);
+    // The seed session is live at once: with the default attach grace its pushes would
+    // be held until a tick after the grace, and the seeding reports each push `Sent`
+    // as it is made. The server replaces these settings with its own when it starts
+    // (`Channel::add_identity` keeps the state).
+    config.attach_grace_ms = 0;
     channel
-        .add_identity(
-            id.clone(),
-            IdentityConfig::new(UserId(bot.to_owned()), [UserId(sender.to_owned())]),
-        )
+        .add_identity(id.clone(), config)
         .map_err(|e| anyhow::anyhow!("the seeding identity's config: {e}"))?;
     let start = now_ms.saturating_sub(entries as u64 + 1_000);
     let handle = |channel: &mut Channel, now: u64, input: Input| -> anyhow::Result<()> {
