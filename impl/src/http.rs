@@ -217,6 +217,37 @@ fn bad_request(rejection: &mc_adapters::jsonrpc::Rejection) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(rejection.response())).into_response()
 }
 
+/// What [`jsonrpc_body`] needs: the store (a session's negotiated revision) and the
+/// config's `batch_deadline_ms`.
+#[derive(Clone)]
+pub struct BodyState {
+    /// Where sessions and their `initialize` params are kept.
+    pub store: Store,
+    /// How long one batch is worked on, from when its first message is handed over
+    /// (`batch_deadline_ms`).
+    pub batch_deadline: Duration,
+}
+
+/// Whether reading a body failed because it is over the limit (413), rather than
+/// because it could not be read at all (an aborted upload, a broken chunk: 400).
+fn over_the_limit(error: &axum::Error) -> bool {
+    std::error::Error::source(error)
+        .is_some_and(|inner| inner.is::<http_body_util::LengthLimitError>())
+}
+
+/// 413 `{"error": "payload_too_large"}`: a request body over [`MAX_BODY_BYTES`].
+fn payload_too_large() -> Response {
+    tracing::debug!("refused a POST body over {MAX_BODY_BYTES} bytes");
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        axum::Json(serde_json::json!({
+            "error": "payload_too_large",
+            "message": format!("the request body is over {MAX_BODY_BYTES} bytes"),
+        })),
+    )
+        .into_response()
+}
+
 /// The POST body of `/mcp` and `/channel`, read before rmcp sees it (rmcp answers
 /// anything it cannot deserialize with 415 and no JSON-RPC error). Runs after
 /// [`authenticate`], on a POST that says `Content-Type: application/json`; anything
@@ -226,14 +257,22 @@ fn bad_request(rejection: &mc_adapters::jsonrpc::Rejection) -> Response {
 /// - Not JSON: 400 with a JSON-RPC parse error (-32700); JSON that is not a JSON-RPC
 ///   2.0 message: 400 with invalid request (-32600); a request whose params do not fit
 ///   its method: 400 with invalid params (-32602), keeping its id
-///   ([`mc_adapters::jsonrpc::inspect`]). Over [`MAX_BODY_BYTES`]: 413.
+///   ([`mc_adapters::jsonrpc::inspect`]). Over [`MAX_BODY_BYTES`] (by its
+///   `Content-Length` or as it arrives): 413 `{"error": "payload_too_large"}`. A body
+///   that cannot be read to its end (the client stopped sending it): 400
+///   `{"error": "unreadable_body"}`.
 /// - A batch (a JSON array): on a session that negotiated 2025-03-26, each message is
 ///   handed to rmcp in order, as its own POST on that session, and the answer is one
 ///   `application/json` array of the requests' responses (202 when it held only
-///   notifications and responses). Messages the server sends during a batched request
-///   (progress, logs) are not relayed. On any other session, or with none: 400 with
-///   invalid request (-32600). Source: MCP 2025-03-26 and 2025-06-18, Transports.
-pub async fn jsonrpc_body(State(store): State<Store>, req: Request, next: Next) -> Response {
+///   notifications and responses), built by [`mc_adapters::jsonrpc::BatchAnswer`]:
+///   a request rmcp did not answer, answered too largely
+///   ([`mc_adapters::jsonrpc::MAX_BATCH_ANSWER_BYTES`] for the whole batch), or not
+///   answered within [`BodyState::batch_deadline`] gets a -32603 error with its id,
+///   and no message after the deadline is started. Messages the server sends during
+///   a batched request (progress, logs) are not relayed. On any other session, or
+///   with none: 400 with invalid request (-32600). Source: MCP 2025-03-26 and
+///   2025-06-18, Transports; JSON-RPC 2.0, section 6.
+pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Next) -> Response {
     let is_json = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -249,16 +288,30 @@ pub async fn jsonrpc_body(State(store): State<Store>, req: Request, next: Next) 
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(e) => return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            axum::Json(serde_json::json!({
-                "error": "payload_too_large",
-                "message": format!("request body over {MAX_BODY_BYTES} bytes, or unreadable: {e}"),
-            })),
-        )
-            .into_response(),
+    // A Content-Length over the bound is refused before a byte of the body is read.
+    let announced_over = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|length| length > MAX_BODY_BYTES as u64);
+    let read = if announced_over {
+        None
+    } else {
+        Some(axum::body::to_bytes(body, MAX_BODY_BYTES).await)
+    };
+    let bytes = match read {
+        Some(Ok(bytes)) => bytes,
+        None => return payload_too_large(),
+        Some(Err(e)) if over_the_limit(&e) => return payload_too_large(),
+        Some(Err(e)) => {
+            let message = format!("the request body could not be read to its end: {e}");
+            tracing::debug!("refused a POST body: {message}");
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(serde_json::json!({"error": "unreadable_body", "message": message})),
+            )
+                .into_response();
+        }
     };
     let items = match mc_adapters::jsonrpc::inspect(&bytes) {
         Err(rejection) => return bad_request(&rejection),
@@ -279,7 +332,7 @@ pub async fn jsonrpc_body(State(store): State<Store>, req: Request, next: Next) 
         .headers
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok());
-    let revision = session.and_then(|s| negotiated_revision(&store, s));
+    let revision = session.and_then(|s| negotiated_revision(&state.store, s));
     if session.is_none()
         || !revision
             .as_deref()
@@ -295,33 +348,58 @@ pub async fn jsonrpc_body(State(store): State<Store>, req: Request, next: Next) 
             ));
         }
     }
-    let mut answers = Vec::new();
+    // Counted from the first message's hand-over, so that a batch always starts.
+    let deadline = tokio::time::Instant::now() + state.batch_deadline;
+    let deadline_ms = u64::try_from(state.batch_deadline.as_millis()).unwrap_or(u64::MAX);
+    let mut answer = mc_adapters::jsonrpc::BatchAnswer::new();
     for item in items {
-        let body =
-            axum::body::Body::from(serde_json::to_vec(&item).expect("a JSON value serializes"));
-        let mut one = Request::from_parts(parts.clone(), body);
-        one.headers_mut().remove(header::CONTENT_LENGTH);
-        let response = next.clone().run(one).await;
-        if let Some(answer) = batch_answer(response, &item).await {
-            answers.push(answer);
+        let outcome = if tokio::time::Instant::now() >= deadline {
+            mc_adapters::jsonrpc::Outcome::NotStarted { deadline_ms }
+        } else {
+            let body =
+                axum::body::Body::from(serde_json::to_vec(&item).expect("a JSON value serializes"));
+            let mut one = Request::from_parts(parts.clone(), body);
+            one.headers_mut().remove(header::CONTENT_LENGTH);
+            let limit = answer.remaining_bytes();
+            let handled = async {
+                let response = next.clone().run(one).await;
+                batch_outcome(response, &item, limit).await
+            };
+            tokio::time::timeout_at(deadline, handled)
+                .await
+                .unwrap_or(mc_adapters::jsonrpc::Outcome::Late { deadline_ms })
+        };
+        if mc_adapters::jsonrpc::kind(&item) != Some(mc_adapters::jsonrpc::Kind::Request)
+            && outcome != mc_adapters::jsonrpc::Outcome::Accepted
+        {
+            // JSON-RPC answers no notification and no response, not even in a batch.
+            tracing::warn!(
+                method = item.get("method").and_then(|m| m.as_str()),
+                "a batched notification or response was not taken: {outcome:?}"
+            );
         }
+        answer.add(&item, outcome);
     }
-    if answers.is_empty() {
-        return StatusCode::ACCEPTED.into_response();
+    match answer.finish() {
+        None => StatusCode::ACCEPTED.into_response(),
+        Some(responses) => axum::Json(responses).into_response(),
     }
-    axum::Json(serde_json::Value::Array(answers)).into_response()
 }
 
-/// What rmcp's answer to one message of a batch adds to the batch's answer: the
-/// response to a request (from its JSON body, or from the SSE stream that carries
-/// it), nothing for an accepted notification or response, and a JSON-RPC error
-/// naming the HTTP status for anything rmcp refused.
-async fn batch_answer(response: Response, item: &serde_json::Value) -> Option<serde_json::Value> {
-    let id = item.get("id").cloned().unwrap_or(serde_json::Value::Null);
-    let is_request = item.get("method").is_some() && item.get("id").is_some();
+/// What became of one message of a batch, from rmcp's answer to it: the response to
+/// a request from the SSE stream that carries it, or from its JSON body (of which at
+/// most `limit` bytes are read); accepted (202) for a notification or a response; the HTTP
+/// status and a part of the body for anything rmcp refused.
+async fn batch_outcome(
+    response: Response,
+    item: &serde_json::Value,
+    limit: usize,
+) -> mc_adapters::jsonrpc::Outcome {
+    use mc_adapters::jsonrpc::Outcome;
+    let id = item.get("id");
     let status = response.status();
     if status == StatusCode::ACCEPTED {
-        return None;
+        return Outcome::Accepted;
     }
     let content_type = response
         .headers()
@@ -329,51 +407,39 @@ async fn batch_answer(response: Response, item: &serde_json::Value) -> Option<se
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    let failed = |message: String| {
-        Some(serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": if is_request { id.clone() } else { serde_json::Value::Null },
-            "error": {"code": -32603, "message": message},
-        }))
-    };
     if status.is_success() && content_type.starts_with("text/event-stream") {
         let mut events = sse_stream::SseStream::new(response.into_body());
         while let Some(event) = events.next().await {
             let Ok(event) = event else {
-                return failed("the answer's event stream broke".into());
+                return Outcome::Failed("the answer's event stream broke".into());
             };
             let Some(data) = event.data else { continue };
             let Ok(message) = serde_json::from_str::<serde_json::Value>(&data) else {
                 continue;
             };
-            let answers_it = message.get("id") == Some(&id)
+            let answers_it = id.is_some()
+                && message.get("id") == id
                 && (message.get("result").is_some() || message.get("error").is_some());
             if answers_it {
-                return Some(message);
+                // Its size is judged by `BatchAnswer::add`.
+                return Outcome::Answered(message);
             }
         }
-        return failed("the answer's event stream ended without a response".into());
+        return Outcome::Failed("the answer's event stream ended without a response".into());
     }
-    let body = axum::body::to_bytes(response.into_body(), MAX_BODY_BYTES)
-        .await
-        .unwrap_or_default();
-    if status.is_success() {
-        if let Ok(message) = serde_json::from_slice::<serde_json::Value>(&body) {
-            return Some(message);
-        }
-    }
+    let body = match axum::body::to_bytes(response.into_body(), limit).await {
+        Ok(body) => body,
+        Err(e) if over_the_limit(&e) => return Outcome::TooLarge { limit },
+        Err(e) => return Outcome::Failed(format!("HTTP {status}, its body unreadable: {e}")),
+    };
     if let Ok(message) = serde_json::from_slice::<serde_json::Value>(&body) {
-        if message.get("error").is_some() && message.get("jsonrpc").is_some() {
-            return Some(message);
+        if status.is_success()
+            || (message.get("error").is_some() && message.get("jsonrpc").is_some())
+        {
+            return Outcome::Answered(message);
         }
     }
-    failed(format!(
-        "HTTP {status}: {}",
-        String::from_utf8_lossy(&body)
-            .chars()
-            .take(200)
-            .collect::<String>()
-    ))
+    Outcome::Failed(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
 }
 
 fn unauthorized(message: &str) -> Response {
@@ -1165,6 +1231,24 @@ mod tests {
             .oneshot(req.body(Body::empty()).unwrap())
             .await
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_bound_is_too_large_and_a_broken_one_is_not() {
+        let over = axum::body::to_bytes(axum::body::Body::from(vec![0u8; 11]), 10)
+            .await
+            .expect_err("11 bytes over a bound of 10");
+        assert!(over_the_limit(&over), "{over}");
+        let exact = axum::body::to_bytes(axum::body::Body::from(vec![0u8; 10]), 10).await;
+        assert_eq!(exact.expect("10 bytes within 10").len(), 10);
+        let broken = futures::stream::iter([
+            Ok(axum::body::Bytes::from_static(b"{")),
+            Err(std::io::Error::other("the client went away")),
+        ]);
+        let broken = axum::body::to_bytes(axum::body::Body::from_stream(broken), 10)
+            .await
+            .expect_err("a stream that breaks");
+        assert!(!over_the_limit(&broken), "{broken}");
     }
 
     #[tokio::test]

@@ -388,7 +388,10 @@ pub fn router(
         .nest_service("/mcp", tools)
         .nest_service("/channel", channel)
         .layer(axum::middleware::from_fn_with_state(
-            store.clone(),
+            crate::http::BodyState {
+                store: store.clone(),
+                batch_deadline: Duration::from_millis(config.batch_deadline_ms),
+            },
             crate::http::jsonrpc_body,
         ))
         .layer(axum::middleware::from_fn_with_state(

@@ -8,6 +8,7 @@
 //! allowed_hosts = ["localhost", "127.0.0.1", "::1"]
 //! session_idle_secs = 0            # default 0 = never
 //! max_download_bytes = 26214400    # default 25 MiB
+//! batch_deadline_ms = 30000        # default 30 s
 //! log = "info"                     # default: info, matrix-sdk at warn
 //!
 //! [identities.bot]                 # one Matrix account; the name is [a-z0-9_-]{1,32}
@@ -46,6 +47,13 @@
 //!   closed; `0` (the default) never closes one.
 //! - `max_download_bytes`: the largest attachment `download_attachment` fetches, in
 //!   bytes. Default 26,214,400 (25 MiB); must be greater than zero.
+//! - `batch_deadline_ms`: how long the server works on one JSON-RPC batch (MCP
+//!   2025-03-26 sessions only), in milliseconds from when its first message is handed
+//!   over (so the first one always starts). A request still
+//!   unanswered then gets an internal error (-32603) saying it may still take effect;
+//!   the messages after it are not started (each request among them gets an error
+//!   saying so). Default 30,000 (30 s, half the MCP TypeScript SDK's request
+//!   timeout); must be greater than zero.
 //! - `log`: a `tracing` filter (`RUST_LOG` syntax, such as `"info,matrix_sdk=warn"`).
 //!   Default: `info`, with matrix-sdk at `warn` ([`DEFAULT_LOG`]).
 //! - `identities`: at least one table `[identities.NAME]`, NAME matching
@@ -150,18 +158,21 @@ pub const DEFAULT_STORE_DIR: &str = "state";
 pub const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 /// Default `max_download_bytes`: 25 MiB.
 pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = 25 * 1024 * 1024;
+/// Default `batch_deadline_ms`: 30 s.
+pub const DEFAULT_BATCH_DEADLINE_MS: u64 = 30_000;
 /// Default `log` filter.
 /// matrix-sdk logs every sync (with its whole filter) at info and some expected
 /// 404s at error; the default keeps its warnings only.
 pub const DEFAULT_LOG: &str = "info,matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn";
 
-const TOP_KEYS: [&str; 8] = [
+const TOP_KEYS: [&str; 9] = [
     "listen",
     "store_dir",
     "allowed_hosts",
     "allowed_origins",
     "session_idle_secs",
     "max_download_bytes",
+    "batch_deadline_ms",
     "log",
     "identities",
 ];
@@ -200,6 +211,8 @@ pub struct Config {
     pub session_idle_secs: u64,
     /// The `download_attachment` cap, in bytes.
     pub max_download_bytes: u64,
+    /// How long one batch is worked on, in milliseconds; greater than zero.
+    pub batch_deadline_ms: u64,
     /// The `tracing` filter.
     pub log: String,
     /// By identity name (`[a-z0-9_-]{1,32}`); never empty.
@@ -706,6 +719,15 @@ impl Walk<'_> {
                 n > 0
             }),
         };
+        let batch_deadline_ms = match data.get("batch_deadline_ms") {
+            None => Some(DEFAULT_BATCH_DEADLINE_MS),
+            Some(v) => self.typed::<u64>("batch_deadline_ms", v).filter(|&n| {
+                if n == 0 {
+                    self.issue("batch_deadline_ms", Some(v), "must be greater than zero");
+                }
+                n > 0
+            }),
+        };
         let log = match data.get("log") {
             None => Some(DEFAULT_LOG.to_owned()),
             Some(v) => self.typed::<String>("log", v).filter(|filter| {
@@ -737,6 +759,7 @@ impl Walk<'_> {
             allowed_origins: allowed_origins?,
             session_idle_secs: session_idle_secs?,
             max_download_bytes: max_download_bytes?,
+            batch_deadline_ms: batch_deadline_ms?,
             log: log?,
             identities: identities?,
             warnings: Vec::new(),
@@ -1142,6 +1165,7 @@ store_dir = "/var/lib/matrix-channel"
 allowed_hosts = ["localhost"]
 session_idle_secs = 3600
 max_download_bytes = 1048576
+batch_deadline_ms = 2500
 log = "info,matrix_sdk=warn"
 
 [identities.bot]
@@ -1232,6 +1256,7 @@ approvers = []
         assert_eq!(config.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);
         assert_eq!(config.session_idle_secs, 0);
         assert_eq!(config.max_download_bytes, 26_214_400);
+        assert_eq!(config.batch_deadline_ms, 30_000);
         assert_eq!(config.log, DEFAULT_LOG);
         assert_eq!(config.warnings, []);
         let bot = &config.identities["bot"];
@@ -1263,6 +1288,7 @@ approvers = []
         assert_eq!(config.allowed_hosts, ["localhost"]);
         assert_eq!(config.session_idle_secs, 3600);
         assert_eq!(config.max_download_bytes, 1_048_576);
+        assert_eq!(config.batch_deadline_ms, 2_500);
         assert_eq!(config.log, "info,matrix_sdk=warn");
         let bot = &config.identities["bot"];
         assert_eq!(bot.homeserver, "https://matrix.example.org");
@@ -1890,10 +1916,10 @@ permission_room = "#room:localhost"
     #[test]
     fn top_level_values_are_checked() {
         let text = format!(
-            "listen = \"localhost:8700\"\nstore_dir = \"\"\nallowed_hosts = []\nmax_download_bytes = 0\nlog = \"info,=[\"\n{MINIMAL}"
+            "listen = \"localhost:8700\"\nstore_dir = \"\"\nallowed_hosts = []\nmax_download_bytes = 0\nbatch_deadline_ms = 0\nlog = \"info,=[\"\n{MINIMAL}"
         );
         let issues = issues(&text, no_env());
-        assert_eq!(issues.len(), 5, "{issues:#?}");
+        assert_eq!(issues.len(), 6, "{issues:#?}");
         assert!(issue_at(&issues, "listen")
             .message
             .starts_with("\"localhost:8700\" is not an IP address and port like 127.0.0.1:8700"));
@@ -1904,6 +1930,10 @@ permission_room = "#room:localhost"
         );
         assert_eq!(
             issue_at(&issues, "max_download_bytes").message,
+            "must be greater than zero"
+        );
+        assert_eq!(
+            issue_at(&issues, "batch_deadline_ms").message,
             "must be greater than zero"
         );
         assert!(issue_at(&issues, "log")

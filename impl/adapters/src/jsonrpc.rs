@@ -21,6 +21,16 @@ pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC 2.0 section 5.1: the method is known but its params do not fit it.
 pub const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC 2.0 section 5.1: internal error; here, a request of a batch that got no
+/// answer of its own ([`Outcome`]).
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// The most bytes the answers of one batch may hold together, as serialized JSON. A
+/// batch's answer is one JSON array, built whole in memory before it is sent (a single
+/// message's answer streams instead); an answer that would take the total over this
+/// bound is replaced by an error naming the sizes. Twice the server's bound on a request
+/// body (4 MiB); ours, like [`MAX_BATCH`].
+pub const MAX_BATCH_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
 /// The most messages one batch may hold: the server hands them to the MCP library one
 /// by one, so a body of 4 MiB of tiny notifications would otherwise be tens of
@@ -187,6 +197,131 @@ pub fn batch_refused(revision: Option<&str>) -> Rejection {
         ),
         Value::Null,
     )
+}
+
+/// What the MCP library made of one message of a batch, as the server saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Taken with nothing to answer (HTTP 202).
+    Accepted,
+    /// Answered with this JSON-RPC message (from a JSON body or an event stream).
+    Answered(Value),
+    /// Answered with more than `limit` bytes: what was left of
+    /// [`MAX_BATCH_ANSWER_BYTES`] when it was read.
+    TooLarge {
+        /// The bytes the answer could still have taken, which it exceeds.
+        limit: usize,
+    },
+    /// Refused or broken: the HTTP status and a part of the body, or what broke.
+    Failed(String),
+    /// Handed over, and not answered before the batch's deadline (`deadline_ms`
+    /// after its first message was handed over): it may still take effect.
+    Late {
+        /// The batch's deadline, in milliseconds.
+        deadline_ms: u64,
+    },
+    /// Never handed over: the batch's deadline had passed before its turn.
+    NotStarted {
+        /// The batch's deadline, in milliseconds.
+        deadline_ms: u64,
+    },
+}
+
+/// The answer to one batch, built message by message in order (MCP 2025-03-26,
+/// Transports; JSON-RPC 2.0 section 6): one response for each request, in the
+/// requests' order; nothing for a notification or a response, whatever became of it
+/// (JSON-RPC 2.0 section 4.1: a notification is never answered, in a batch or not).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BatchAnswer {
+    responses: Vec<Value>,
+    bytes: usize,
+}
+
+impl BatchAnswer {
+    /// An answer with no response yet.
+    pub fn new() -> BatchAnswer {
+        BatchAnswer::default()
+    }
+
+    /// How many more bytes of serialized answers the batch can take, out of
+    /// [`MAX_BATCH_ANSWER_BYTES`]: the most the server should read of the next
+    /// message's answer (one more byte tells it that the answer is too large).
+    pub fn remaining_bytes(&self) -> usize {
+        MAX_BATCH_ANSWER_BYTES.saturating_sub(self.bytes)
+    }
+
+    /// Adds what became of `item`, a message that passed [`inspect`]. A request gets
+    /// its response when the library answered it with one (a message with the
+    /// request's `id` and a `result` or an `error`) that fits in
+    /// [`BatchAnswer::remaining_bytes`]; otherwise an [`INTERNAL_ERROR`] with its
+    /// `id` whose message says what happened. A notification or a response adds
+    /// nothing; the caller logs what was refused.
+    pub fn add(&mut self, item: &Value, outcome: Outcome) {
+        if kind(item) != Some(Kind::Request) {
+            return;
+        }
+        let id = item["id"].clone();
+        let method = item["method"].as_str().unwrap_or_default();
+        let error = |message: String| {
+            json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": INTERNAL_ERROR, "message": message},
+            })
+        };
+        let limit = self.remaining_bytes();
+        let too_large = |limit: usize| {
+            error(format!(
+                "{method}: its answer is over {limit} bytes, what was left of the \
+                 {MAX_BATCH_ANSWER_BYTES} bytes a batch's answers may hold together: \
+                 send it alone, one message per POST"
+            ))
+        };
+        let response = match outcome {
+            Outcome::Answered(message)
+                if message.get("id") == Some(&id)
+                    && (message.get("result").is_some() || message.get("error").is_some()) =>
+            {
+                let size = serde_json::to_vec(&message).map_or(usize::MAX, |b| b.len());
+                if size > limit {
+                    too_large(limit)
+                } else {
+                    message
+                }
+            }
+            Outcome::Answered(message) => error(format!(
+                "{method}: answered with a message that is not its response: {}",
+                excerpt(&message.to_string())
+            )),
+            Outcome::Accepted => error(format!(
+                "{method}: the server took the request without answering it"
+            )),
+            Outcome::TooLarge { limit } => too_large(limit),
+            Outcome::Failed(detail) => error(format!("{method}: {}", excerpt(&detail))),
+            Outcome::Late { deadline_ms } => error(format!(
+                "{method}: not answered within the batch's deadline of {deadline_ms} ms \
+                 (batch_deadline_ms); it may still take effect: send long requests alone, \
+                 one message per POST"
+            )),
+            Outcome::NotStarted { deadline_ms } => error(format!(
+                "{method}: not started, nothing was done: the batch's deadline of \
+                 {deadline_ms} ms (batch_deadline_ms) passed before its turn"
+            )),
+        };
+        self.bytes += serde_json::to_vec(&response).map_or(0, |b| b.len());
+        self.responses.push(response);
+    }
+
+    /// The body to answer the batch with: the responses as one JSON array, or `None`
+    /// when the batch held no request (answered with HTTP 202 and no body).
+    pub fn finish(self) -> Option<Value> {
+        (!self.responses.is_empty()).then_some(Value::Array(self.responses))
+    }
+}
+
+/// At most 200 characters of `text`, for an error message.
+fn excerpt(text: &str) -> String {
+    text.chars().take(200).collect()
 }
 
 fn readable_id(value: &Value) -> Value {
@@ -430,6 +565,152 @@ mod tests {
         assert_eq!(
             (rejection.code, rejection.id),
             (INVALID_REQUEST, Value::Null)
+        );
+    }
+
+    fn request(id: Value, method: &str) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "method": method})
+    }
+
+    fn error_of(response: &Value) -> (i64, &str) {
+        (
+            response["error"]["code"].as_i64().expect("a code"),
+            response["error"]["message"].as_str().expect("a message"),
+        )
+    }
+
+    #[test]
+    fn a_batch_answers_each_request_in_order_and_no_notification_or_response() {
+        let mut answer = BatchAnswer::new();
+        let ping = json!({"jsonrpc": "2.0", "id": "p", "result": {}});
+        answer.add(
+            &request(json!("p"), "ping"),
+            Outcome::Answered(ping.clone()),
+        );
+        let notification = json!({"jsonrpc": "2.0", "method": "notifications/x"});
+        let response = json!({"jsonrpc": "2.0", "id": 3, "result": {}});
+        // Whatever became of them, a notification and a response are never answered.
+        for outcome in [
+            Outcome::Accepted,
+            Outcome::Failed("HTTP 400: no".into()),
+            Outcome::Answered(ping.clone()),
+            Outcome::TooLarge { limit: 1 },
+            Outcome::Late { deadline_ms: 1 },
+            Outcome::NotStarted { deadline_ms: 1 },
+        ] {
+            answer.add(&notification, outcome.clone());
+            answer.add(&response, outcome);
+        }
+        let listed = json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -1, "message": "m"}});
+        answer.add(
+            &request(json!(2), "tools/list"),
+            Outcome::Answered(listed.clone()),
+        );
+        assert_eq!(answer.finish(), Some(json!([ping, listed])));
+
+        let mut quiet = BatchAnswer::new();
+        quiet.add(&notification, Outcome::Failed("HTTP 404: gone".into()));
+        assert_eq!(
+            quiet.finish(),
+            None,
+            "only notifications: nothing to answer"
+        );
+    }
+
+    #[test]
+    fn a_request_without_its_own_response_gets_an_internal_error_saying_why() {
+        let cases = [
+            (
+                Outcome::Accepted,
+                "tools/call: the server took the request without answering",
+            ),
+            (
+                Outcome::Failed("HTTP 500: boom".into()),
+                "tools/call: HTTP 500: boom",
+            ),
+            (
+                Outcome::Answered(json!({"jsonrpc": "2.0", "id": 8, "result": {}})),
+                "tools/call: answered with a message that is not its response: ",
+            ),
+            (
+                Outcome::Answered(json!({"jsonrpc": "2.0", "id": 7, "method": "x"})),
+                "answered with a message that is not its response",
+            ),
+            (
+                Outcome::Late { deadline_ms: 250 },
+                "not answered within the batch's deadline of 250 ms (batch_deadline_ms); it \
+                 may still take effect",
+            ),
+            (
+                Outcome::NotStarted { deadline_ms: 250 },
+                "tools/call: not started, nothing was done: the batch's deadline of 250 ms",
+            ),
+            (
+                Outcome::TooLarge { limit: 12 },
+                "tools/call: its answer is over 12 bytes, what was left of the 8388608 bytes",
+            ),
+        ];
+        for (outcome, says) in cases {
+            let mut answer = BatchAnswer::new();
+            answer.add(&request(json!(7), "tools/call"), outcome.clone());
+            let responses = answer.finish().expect("a request is answered");
+            assert_eq!(responses.as_array().map(Vec::len), Some(1), "{outcome:?}");
+            let response = &responses[0];
+            assert_eq!(
+                (&response["jsonrpc"], &response["id"]),
+                (&json!("2.0"), &json!(7))
+            );
+            let (code, message) = error_of(response);
+            assert_eq!(code, INTERNAL_ERROR, "{outcome:?}");
+            assert!(message.contains(says), "{outcome:?}: {message}");
+        }
+        assert_eq!(INTERNAL_ERROR, -32603);
+        let mut long = BatchAnswer::new();
+        long.add(&request(json!(1), "m"), Outcome::Failed("x".repeat(500)));
+        let long = long.finish().unwrap();
+        assert_eq!(error_of(&long[0]).1, format!("m: {}", "x".repeat(200)));
+    }
+
+    #[test]
+    fn answers_over_the_batchs_byte_bound_together_are_replaced_by_an_error_naming_it() {
+        let mut answer = BatchAnswer::new();
+        assert_eq!(answer.remaining_bytes(), MAX_BATCH_ANSWER_BYTES);
+        assert_eq!(MAX_BATCH_ANSWER_BYTES, 8 * 1024 * 1024);
+        let big = |id: i64, text_len: usize| json!({"jsonrpc": "2.0", "id": id, "result": {"text": "a".repeat(text_len)}});
+        let first = big(1, MAX_BATCH_ANSWER_BYTES / 2);
+        let first_len = serde_json::to_vec(&first).unwrap().len();
+        answer.add(
+            &request(json!(1), "tools/call"),
+            Outcome::Answered(first.clone()),
+        );
+        assert_eq!(answer.remaining_bytes(), MAX_BATCH_ANSWER_BYTES - first_len);
+        // Exactly what is left fits; one byte more does not.
+        let left = answer.remaining_bytes();
+        let overhead = serde_json::to_vec(&big(2, 0)).unwrap().len();
+        let exact = big(2, left - overhead);
+        let over = big(3, left - overhead + 1);
+        let mut fits = answer.clone();
+        fits.add(
+            &request(json!(2), "tools/call"),
+            Outcome::Answered(exact.clone()),
+        );
+        assert_eq!(fits.remaining_bytes(), 0);
+        assert_eq!(fits.finish(), Some(json!([first.clone(), exact])));
+        answer.add(&request(json!(3), "tools/call"), Outcome::Answered(over));
+        let after_error = answer.remaining_bytes();
+        let responses = answer.finish().unwrap();
+        assert_eq!(responses[0], first);
+        let (code, message) = error_of(&responses[1]);
+        assert_eq!((code, &responses[1]["id"]), (INTERNAL_ERROR, &json!(3)));
+        assert!(
+            message.contains(&format!("its answer is over {left} bytes")),
+            "{message}"
+        );
+        let error_len = serde_json::to_vec(&responses[1]).unwrap().len();
+        assert_eq!(
+            after_error,
+            left - error_len,
+            "the error counts, the refused answer not"
         );
     }
 }

@@ -69,6 +69,8 @@ pub struct ServerConfig {
     pub session_idle_secs: Option<u64>,
     /// `max_download_bytes`: `None` leaves the server's default.
     pub max_download_bytes: Option<u64>,
+    /// `batch_deadline_ms`: `None` leaves the server's default.
+    pub batch_deadline_ms: Option<u64>,
 }
 
 /// A TOML basic string (a JSON string literal is one, escapes included).
@@ -92,6 +94,9 @@ impl ServerConfig {
         }
         if let Some(bytes) = self.max_download_bytes {
             out.push_str(&format!("max_download_bytes = {bytes}\n"));
+        }
+        if let Some(ms) = self.batch_deadline_ms {
+            out.push_str(&format!("batch_deadline_ms = {ms}\n"));
         }
         for id in &self.identities {
             out.push_str(&format!("\n[identities.{}]\n", id.name));
