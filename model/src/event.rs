@@ -138,6 +138,46 @@ pub enum Input {
     Restarted,
 }
 
+impl Input {
+    /// The identity the input is for; `None` for [`Input::Tick`], [`Input::Restarted`]
+    /// and [`Input::Completed`], which concern the whole core.
+    pub fn identity(&self) -> Option<&IdentityId> {
+        match self {
+            Input::Attach { identity, .. }
+            | Input::Detach { identity, .. }
+            | Input::Message { identity, .. }
+            | Input::Reaction { identity, .. }
+            | Input::Redaction { identity, .. }
+            | Input::PermissionRequest { identity, .. }
+            | Input::InvalidPermissionRequest { identity, .. }
+            | Input::AgentWrite { identity, .. }
+            | Input::Acknowledge { identity, .. }
+            | Input::Membership { identity, .. }
+            | Input::NotInput { identity, .. }
+            | Input::Undecryptable { identity, .. }
+            | Input::GapCut { identity, .. } => Some(identity),
+            Input::Completed { .. } | Input::Tick | Input::Restarted => None,
+        }
+    }
+
+    /// The Matrix event this input is, with its sender, when it could be the
+    /// decryption of an event that came undecryptable before (see
+    /// [`Input::Undecryptable`]).
+    pub fn matrix_event(&self) -> Option<(&EventId, Option<&UserId>)> {
+        match self {
+            Input::Message { message: m, .. } => Some((&m.event_id, Some(&m.sender))),
+            Input::Reaction { reaction: r, .. } => Some((&r.event_id, Some(&r.sender))),
+            Input::Redaction { redaction: r, .. } => Some((&r.event_id, Some(&r.sender))),
+            Input::NotInput {
+                event_id: Some(id),
+                sender,
+                ..
+            } => Some((id, sender.as_ref())),
+            _ => None,
+        }
+    }
+}
+
 /// A membership of the identity's own, as `m.room.member` names it
 /// ([Client-Server API, "m.room.member"]).
 ///

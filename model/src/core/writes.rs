@@ -1,0 +1,113 @@
+//! The agent's writes ([`crate::Input::AgentWrite`]), judged by the rules of
+//! [`crate::agent`] in their order and performed or refused in one transition: no
+//! prompt touched, only its own messages edited, no open request id named, no room
+//! of a held prompt left; another identity's prompts refuse it as its own would.
+
+use super::identity::IdentityState;
+use super::{InFlight, Out};
+use crate::agent::{names_request_id, AgentWrite};
+use crate::effect::{DropReason, Effect};
+use crate::ids::CallId;
+use crate::verdict::RequestId;
+
+impl IdentityState {
+    /// Judges an agent's write by the rules of [`crate::agent`], in their order, and
+    /// either performs it or refuses it: one transition, so nothing can change
+    /// between the check and the send.
+    /// `foreign`: why another identity's prompts refuse the write, if they do
+    /// (judged by the same rules, [`IdentityState::judge_prompt_rules`]).
+    pub(super) fn on_agent_write(
+        &mut self,
+        call: CallId,
+        write: AgentWrite,
+        foreign: Option<DropReason>,
+        out: &mut Out<'_>,
+    ) {
+        let judged = self
+            .judge_write(&write)
+            .and_then(|()| foreign.map_or(Ok(()), Err));
+        match judged {
+            Err(reason) => out.effects.push(Effect::WriteRefused {
+                identity: out.identity.clone(),
+                call,
+                reason,
+            }),
+            Ok(()) => {
+                let id = out.id();
+                out.in_flight.insert(
+                    id,
+                    InFlight::Write {
+                        identity: out.identity.clone(),
+                        call,
+                    },
+                );
+                out.effects.push(Effect::Write {
+                    id,
+                    identity: out.identity.clone(),
+                    call,
+                    write,
+                });
+            }
+        }
+    }
+
+    /// The identity's own agent's write, by every rule, in order: no prompt
+    /// touched, only its own messages edited, no open request id named, no room of a
+    /// held prompt left.
+    pub(super) fn judge_write(&self, write: &AgentWrite) -> Result<(), DropReason> {
+        if self.targets_a_prompt(write) {
+            return Err(DropReason::PromptTarget);
+        }
+        if let AgentWrite::Edit {
+            original_sender, ..
+        } = write
+        {
+            if *original_sender != self.config.user_id {
+                return Err(DropReason::NotOwnMessage);
+            }
+        }
+        if let Some(request_id) = self.named_open_id(write) {
+            return Err(DropReason::NamesOpenRequest { request_id });
+        }
+        if let AgentWrite::Leave { room } = write {
+            if self.prompts.iter().any(|p| p.room == *room) {
+                return Err(DropReason::LeavesPromptRoom);
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules this identity's prompts set for any agent's write, its own or
+    /// another identity's: no target is one of its prompts
+    /// ([`IdentityState::is_prompt_message`]), and no text field names one of its
+    /// open request ids ([`names_request_id`]).
+    /// Errors: `PromptTarget`, `NamesOpenRequest`.
+    pub fn judge_prompt_rules(&self, write: &AgentWrite) -> Result<(), DropReason> {
+        if self.targets_a_prompt(write) {
+            return Err(DropReason::PromptTarget);
+        }
+        match self.named_open_id(write) {
+            Some(request_id) => Err(DropReason::NamesOpenRequest { request_id }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a target of `write` (`AgentWrite::targets`) is one of this
+    /// identity's prompts.
+    pub(super) fn targets_a_prompt(&self, write: &AgentWrite) -> bool {
+        write
+            .targets()
+            .into_iter()
+            .any(|t| self.is_prompt_message(t))
+    }
+
+    /// The first open request id of this identity a text field of `write` names.
+    pub(super) fn named_open_id(&self, write: &AgentWrite) -> Option<RequestId> {
+        let open = self.open_request_ids();
+        write
+            .texts()
+            .into_iter()
+            .find_map(|text| names_request_id(text, &open))
+            .cloned()
+    }
+}
