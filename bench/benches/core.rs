@@ -597,6 +597,7 @@ impl Recorder {
                 | Effect::Decided { .. }
                 | Effect::WriteRefused { .. }
                 | Effect::LogMessage { .. }
+                | Effect::Acknowledged { .. }
                 | Effect::Dropped { .. } => {}
             }
         }

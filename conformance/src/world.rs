@@ -1947,7 +1947,7 @@ impl World {
                 self.drops.push((event_id, reason));
                 None
             }
-            Effect::Decided { .. } => None,
+            Effect::Decided { .. } | Effect::Acknowledged { .. } => None,
         }
     }
 

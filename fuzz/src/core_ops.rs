@@ -1206,6 +1206,9 @@ pub struct World {
     answers: usize,
     /// The unreadable request being handled: where a log message may go.
     logging: Option<(IdentityId, SessionId)>,
+    /// The acknowledgement being handled: the one identity and event an
+    /// `Effect::Acknowledged` may name.
+    acknowledging: Option<(IdentityId, EventId)>,
     /// Print every input and its effects ([`World::run_traced`]).
     trace: bool,
     pub reached: Reached,
@@ -1334,6 +1337,7 @@ impl World {
             answering: None,
             answers: 0,
             logging: None,
+            acknowledging: None,
             trace: false,
             reached: Reached::default(),
         };
@@ -1616,7 +1620,9 @@ impl World {
                     session: sess.map(session),
                     event_id: event_id.clone(),
                 };
+                self.acknowledging = Some((ident_id(ident), event_id.clone()));
                 let effects = self.handle(self.now, input);
+                self.acknowledging = None;
                 let refused = effects.iter().any(|e| {
                     matches!(e, Effect::Dropped { event_id: Some(id), .. } if *id == event_id)
                         || matches!(
@@ -1627,6 +1633,13 @@ impl World {
                             }
                         )
                 });
+                let taken = effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Acknowledged { .. }));
+                assert!(
+                    !(taken && refused),
+                    "an acknowledgement both taken and refused: {effects:?}"
+                );
                 if !refused {
                     self.acked.insert((ident, event_id));
                 }
@@ -3120,6 +3133,15 @@ impl World {
                     "a write refused for no call of this input"
                 );
                 self.answers += 1;
+            }
+            Effect::Acknowledged {
+                identity, event_id, ..
+            } => {
+                assert_eq!(
+                    self.acknowledging.as_ref(),
+                    Some(&(identity.clone(), event_id.clone())),
+                    "an acknowledgement no input of this step asked for"
+                );
             }
             Effect::LogMessage {
                 identity,

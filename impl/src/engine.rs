@@ -204,8 +204,10 @@ impl EngineHandle {
     }
 
     /// Hands an [`Input::Acknowledge`] to the model and answers from its transition:
-    /// `true` when the model took it, `false` when it dropped it (an event never
-    /// pushed or queued for the identity, a session that is not the identity's).
+    /// `true` when the model took it ([`Effect::Acknowledged`]), `false` when it
+    /// dropped it (an event never pushed or queued for the identity, a session that
+    /// is not the identity's). Other drops in the same transition (a timer of any
+    /// identity that fired first) do not count.
     /// The tool answers from this, never from the model's state.
     /// Errors: the engine has stopped.
     pub async fn acknowledge(
@@ -612,8 +614,8 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     self.step(*input).await;
                 }
                 Command::Acknowledge { input, answer } => {
-                    let dropped = self.step(*input).await;
-                    let _ = answer.send(!dropped);
+                    let acknowledged = self.step(*input).await;
+                    let _ = answer.send(acknowledged);
                 }
                 Command::Read(f) => f(&self.channel),
                 Command::Shutdown(done) => {
@@ -642,8 +644,8 @@ impl<W: Wire, P: Persist> Engine<W, P> {
 
     /// Handles one input: makes it durable, hands it to the model, and hands its
     /// effects on; none is awaited here (their outcomes come back as inputs through
-    /// the engine's queue). Returns whether the input's transition dropped it (an
-    /// `Effect::Dropped` among its effects).
+    /// the engine's queue). Returns whether the transition took an acknowledgement
+    /// (an `Effect::Acknowledged` among its effects: the model's own answer).
     async fn step(&mut self, input: Input) -> bool {
         tracing::debug!(?input, "input");
         match &input {
@@ -667,11 +669,13 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         self.persist.handled(&self.channel);
         self.counters
             .add(handled - appended, (appended - started) + handled.elapsed());
-        let dropped = effects.iter().any(|e| matches!(e, Effect::Dropped { .. }));
+        let acknowledged = effects
+            .iter()
+            .any(|e| matches!(e, Effect::Acknowledged { .. }));
         for effect in effects {
             self.execute(effect);
         }
-        dropped
+        acknowledged
     }
 
     /// Hands one effect on. Pushes, verdicts and log messages go to their session's
@@ -832,6 +836,13 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     behavior = decision.behavior.as_str(), by = %decision.by, at,
                     via = ?decision.via, "verdict"
                 );
+            }
+            Effect::Acknowledged {
+                identity,
+                session,
+                event_id,
+            } => {
+                tracing::debug!(%identity, session = ?session, %event_id, "acknowledged");
             }
             Effect::Dropped {
                 identity,
@@ -1313,6 +1324,42 @@ mod tests {
             !ack(Some("s9"), "$m1").await.unwrap(),
             "not the identity's session: dropped"
         );
+    }
+
+    /// The clock of `an_acknowledgement_is_answered_from_its_own_effect`, moved by it alone.
+    static ACK_CLOCK: std::sync::atomic::AtomicU64 =
+        std::sync::atomic::AtomicU64::new(1_700_000_000_000);
+
+    fn ack_clock() -> Millis {
+        ACK_CLOCK.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn an_acknowledgement_is_answered_from_its_own_effect_not_from_a_timer_in_its_transition()
+    {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, ack_clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hi")).unwrap();
+        engine.submit(ask("s1", "abcde")).unwrap();
+        settle(&engine).await;
+        // The prompt's time to live passes: its expiry (a drop) fires first in the
+        // acknowledgement's own transition.
+        let ttl = engine
+            .read(|c| c.identity(&id()).unwrap().config().prompt_ttl_ms)
+            .await
+            .unwrap();
+        ACK_CLOCK.fetch_add(ttl, std::sync::atomic::Ordering::SeqCst);
+        let acked = engine
+            .acknowledge(id(), Some(SessionId("s1".into())), EventId("$m1".into()))
+            .await
+            .unwrap();
+        let prompts = engine
+            .read(|c| c.identity(&id()).unwrap().prompts().len())
+            .await
+            .unwrap();
+        assert_eq!(prompts, 0, "the prompt expired in the same transition");
+        assert!(acked, "the model took the acknowledgement");
     }
 
     #[tokio::test]

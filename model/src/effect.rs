@@ -96,6 +96,16 @@ pub enum Effect {
         decision: Decision,
         at: Millis,
     },
+    /// The agent's acknowledgement ([`crate::Input::Acknowledge`]) was taken: the
+    /// event is never replayed. The server answers the `acknowledge` tool from this
+    /// effect (`acknowledged: true`); an acknowledgement the core does not take
+    /// yields [`Effect::Dropped`] with the event's id instead. Nothing to execute.
+    Acknowledged {
+        identity: IdentityId,
+        /// The channel session that acknowledged, as the input named it.
+        session: Option<SessionId>,
+        event_id: EventId,
+    },
     /// Something was not acted on, and why. The server logs it; nothing is dropped
     /// silently.
     Dropped {
@@ -192,8 +202,9 @@ pub enum DropReason {
     /// A permission request with no `permission_room` and no room an allowed sender
     /// wrote in yet.
     NoPromptRoom,
-    /// A verdict for a request id with no answerable prompt (never issued, expired,
-    /// or already delivered).
+    /// A verdict for a request id with no answerable prompt in the room it was typed
+    /// in (never issued, expired, already delivered, or posted in another room: the
+    /// notice then links the prompt).
     UnknownRequest,
     /// A text verdict matching prompts of several sessions, not a reply to one.
     AmbiguousRequest,

@@ -10,7 +10,7 @@ use super::verdicts::{refused_device_text, Vote};
 use super::Out;
 use crate::classify::{classify_message, classify_reaction, MessageClass, ReactionClass};
 use crate::config::Gate;
-use crate::effect::DropReason;
+use crate::effect::{DropReason, Effect};
 use crate::event::{Message, MsgType, Reaction, Redaction};
 use crate::ids::{EventId, SessionId};
 use crate::render::{render_edit, render_message, render_reaction, render_retraction, PushKind};
@@ -256,6 +256,11 @@ impl IdentityState {
             }) => {
                 *acked = true;
                 self.queue.retain(|q| q.event_id != *event_id);
+                out.effects.push(Effect::Acknowledged {
+                    identity: out.identity.clone(),
+                    session: session.cloned(),
+                    event_id: event_id.clone(),
+                });
             }
             _ => out.drop(Some(event_id), DropReason::UnknownEvent),
         }

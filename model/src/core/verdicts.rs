@@ -116,11 +116,23 @@ impl IdentityState {
             }
             (None, [index]) => *index,
             (None, []) => {
-                out.notice(
-                    &message.room,
-                    &message.event_id,
-                    format!("No pending permission request {id}: it expired, was answered, or was never issued."),
-                );
+                // Answerable prompts with this id in other rooms: the approver is
+                // told where (a Matrix reply cannot cross rooms).
+                let elsewhere: Vec<String> = same_id
+                    .iter()
+                    .map(|&i| &self.prompts[i])
+                    .filter(|p| p.phase.is_answerable())
+                    .filter_map(|p| p.phase.message().map(|m| matrix_to(&p.room, m)))
+                    .collect();
+                let text = match elsewhere.as_slice() {
+                    [] => format!("No pending permission request {id}: it expired, was answered, or was never issued."),
+                    [link] => format!("Permission request {id} waits in another room: {link}. Answer it there."),
+                    links => format!(
+                        "Permission request {id} waits in other rooms: {}. Answer it in the room of the prompt you mean.",
+                        links.join(", ")
+                    ),
+                };
+                out.notice(&message.room, &message.event_id, text);
                 return out.drop(Some(&message.event_id), DropReason::UnknownRequest);
             }
             (None, _) => {

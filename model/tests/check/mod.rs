@@ -2402,7 +2402,7 @@ fn monitor(
                 }
                 _ => {}
             },
-            Effect::Notice { .. } | Effect::LogMessage { .. } => {}
+            Effect::Notice { .. } | Effect::LogMessage { .. } | Effect::Acknowledged { .. } => {}
             // Held until an action completes it.
             Effect::JoinRoom { id, room, .. } => {
                 step.joins += 1;
@@ -2441,7 +2441,8 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::Write { identity, .. }
         | Effect::WriteRefused { identity, .. }
         | Effect::LogMessage { identity, .. }
-        | Effect::Decided { identity, .. } => Some(identity.clone()),
+        | Effect::Decided { identity, .. }
+        | Effect::Acknowledged { identity, .. } => Some(identity.clone()),
         Effect::Dropped { identity, .. } => identity.clone(),
     }
 }

@@ -855,6 +855,7 @@ impl World {
             | Effect::Decided { .. }
             | Effect::WriteRefused { .. }
             | Effect::LogMessage { .. }
+            | Effect::Acknowledged { .. }
             | Effect::Dropped { .. } => None,
         };
         // A prompt post re-issued after a restart keeps its id (`Input::Restarted`).
@@ -1041,6 +1042,9 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
             text,
             ..
         } => format!("{}notice {in_reply_to} {text:?}", prefix(identity)),
+        Effect::Acknowledged {
+            identity, event_id, ..
+        } => format!("{}acked {event_id}", prefix(identity)),
         Effect::Decided {
             identity,
             session,

@@ -188,7 +188,7 @@ fn an_acknowledgement_from_the_identitys_tools_outside_any_session_counts() {
 }
 
 #[test]
-fn an_acknowledgement_leaves_no_effect() {
+fn an_acknowledgement_is_taken_with_its_own_effect_and_nothing_else() {
     let mut w = World::new();
     w.attach(S1);
     let m = w.say(ALICE, R1, "one");
@@ -197,7 +197,7 @@ fn an_acknowledgement_leaves_no_effect() {
     w.ack(S1, &m);
     w.drive();
 
-    assert!(w.trace().is_empty());
+    assert_eq!(w.trace(), [format!("acked {m}")]);
 }
 
 #[test]

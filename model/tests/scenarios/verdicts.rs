@@ -56,9 +56,9 @@ fn an_approvers_emote_verdict_counts() {
 }
 
 #[test]
-fn a_plain_verdict_typed_in_another_room_finds_no_prompt_there() {
+fn a_plain_verdict_typed_in_another_room_answers_nothing_and_says_where_the_prompt_waits() {
     let mut w = World::new();
-    w.pending_prompt("abcde");
+    let prompt = w.pending_prompt("abcde");
 
     let yes = w.say(ALICE, R2, "yes abcde");
     w.drive();
@@ -66,11 +66,64 @@ fn a_plain_verdict_typed_in_another_room_finds_no_prompt_there() {
     assert_eq!(
         w.trace(),
         [
-            format!("notice {yes} {:?}", unknown_request_notice("abcde")),
+            format!(
+                "notice {yes} \"Permission request abcde waits in another room: {}. Answer it there.\"",
+                link(R1, &prompt)
+            ),
             format!("drop {yes} UnknownRequest"),
         ]
     );
     assert_eq!(w.phases(), ["s1 abcde pending"]);
+}
+
+#[test]
+fn a_plain_verdict_typed_in_a_third_room_links_every_room_where_the_id_waits() {
+    let mut w = World::new();
+    w.attach(S1);
+    w.attach(S2);
+    w.say(ALICE, R1, "hello");
+    w.ask(S1, "abcde");
+    let first = w.prompt_event("abcde");
+    w.say(BOB, R2, "over here");
+    w.ask(S2, "abcde");
+    let second = w.prompt_event("abcde");
+    w.mark();
+
+    let yes = w.say(ALICE, "!r:hs", "yes abcde");
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!(
+                "notice {yes} \"Permission request abcde waits in other rooms: {}, {}. Answer it in the room of the prompt you mean.\"",
+                link(R1, &first),
+                link(R2, &second)
+            ),
+            format!("drop {yes} UnknownRequest"),
+        ]
+    );
+    assert_eq!(w.phases(), ["s1 abcde pending", "s2 abcde pending"]);
+}
+
+#[test]
+fn a_plain_verdict_in_another_room_points_nowhere_once_the_prompt_is_answered() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.say(ALICE, R1, "yes abcde");
+    w.drive();
+    w.mark();
+
+    let again = w.say(ALICE, R2, "yes abcde");
+    w.drive();
+
+    assert_eq!(
+        w.trace(),
+        [
+            format!("notice {again} {:?}", unknown_request_notice("abcde")),
+            format!("drop {again} UnknownRequest"),
+        ]
+    );
 }
 
 #[test]
