@@ -105,125 +105,223 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 }
 
 /// Each invariant, the fault that breaks it, and the scope where that shows.
-const FAULTS: [(&str, Fault, Scope); 35] = [
+/// The last column is the counterexample's last action as the world prints it
+/// (`Debug`): the step at which the fault shows, so a search that finds some other
+/// path to the property fails.
+const FAULTS: [(&str, Fault, Scope, &str); 35] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
         Scope::Prompts,
+        "Noise(EveYes)",
     ),
     (
         names::NON_APPROVER_VERDICT,
         Fault::CarlApprover,
         Scope::Prompts,
+        "Noise(CarlYes)",
     ),
     (
         names::VERDICT_MISROUTED,
         Fault::VerdictToEverySession,
         Scope::Prompts,
+        "ReplyYes { prompt: 0 }",
     ),
     (
         names::VERDICT_TWICE,
         Fault::MisreportVerdicts,
         Scope::Prompts,
+        "CompleteVerdict { send: EffectId(4), ok: true }",
     ),
-    (names::PUSH_TWICE, Fault::MisreportPushes, Scope::Delivery),
+    (
+        names::PUSH_TWICE,
+        Fault::MisreportPushes,
+        Scope::Delivery,
+        "Attach(S2)",
+    ),
     (
         names::VERDICT_PUSHED,
         Fault::DisguiseVerdicts,
         Scope::Delivery,
+        "Attach(S2)",
     ),
     (
         names::STRANGER_PUSHED,
         Fault::StrangerAllowed,
         Scope::Delivery,
+        "Attach(S2)",
     ),
     (
         names::OWN_OR_NOTICE_PUSHED,
         Fault::NoticeAsText,
         Scope::Delivery,
+        "Attach(S2)",
     ),
-    (names::CROSS_IDENTITY, Fault::MisrouteToA, Scope::Delivery),
+    (
+        names::CROSS_IDENTITY,
+        Fault::MisrouteToA,
+        Scope::Delivery,
+        "Say { ident: B, who: Ann, room: 0, text: Chat }",
+    ),
     (
         names::SETTINGS_UNCHANGED,
         Fault::WidenOnAck,
         Scope::Delivery,
+        "Ack(S1, 1)",
     ),
-    (names::CAP, Fault::CapThree, Scope::Prompts),
+    (
+        names::CAP,
+        Fault::CapThree,
+        Scope::Prompts,
+        "Request(S2, R1)",
+    ),
     (
         names::WITHDRAWN_COUNTED,
         Fault::LoseRedactions,
         Scope::Prompts,
+        "Tick",
     ),
-    (names::DENY_LOST, Fault::LoseDenyReactions, Scope::Prompts),
-    (names::EARLY_VERDICT, Fault::ShortSettle, Scope::Prompts),
-    (names::EXPIRED_ANSWERED, Fault::LongTtl, Scope::Prompts),
-    (names::WRONG_ROOM, Fault::StrangerAllowed, Scope::Prompts),
-    (names::ACKED_REPLAYED, Fault::DropAcks, Scope::Delivery),
-    (names::LOST, Fault::LosePushes, Scope::Delivery),
-    (names::FOREIGN_EDIT, Fault::ForgeEditSender, Scope::Delivery),
-    (names::REPLAY_ORDER, Fault::ReverseReplay, Scope::Delivery),
+    (
+        names::DENY_LOST,
+        Fault::LoseDenyReactions,
+        Scope::Prompts,
+        "Tick",
+    ),
+    (
+        names::EARLY_VERDICT,
+        Fault::ShortSettle,
+        Scope::Prompts,
+        "Tick",
+    ),
+    (
+        names::EXPIRED_ANSWERED,
+        Fault::LongTtl,
+        Scope::Prompts,
+        "ReplyYes { prompt: 0 }",
+    ),
+    (
+        names::WRONG_ROOM,
+        Fault::StrangerAllowed,
+        Scope::Prompts,
+        "Request(S1, R2)",
+    ),
+    (
+        names::ACKED_REPLAYED,
+        Fault::DropAcks,
+        Scope::Delivery,
+        "Attach(S2)",
+    ),
+    (
+        names::LOST,
+        Fault::LosePushes,
+        Scope::Delivery,
+        "Attach(S2)",
+    ),
+    (
+        names::FOREIGN_EDIT,
+        Fault::ForgeEditSender,
+        Scope::Delivery,
+        "Attach(S2)",
+    ),
+    (
+        names::REPLAY_ORDER,
+        Fault::ReverseReplay,
+        Scope::Delivery,
+        "Attach(S2)",
+    ),
     (
         names::WRONG_RETIREMENT,
         Fault::MisreportFailedVerdicts,
         Scope::Prompts,
+        "CompleteVerdict { send: EffectId(5), ok: false }",
     ),
     (
         names::PROMPT_TOUCHED,
         Fault::AskWithoutThreadRoot,
         Scope::Prompts,
+        "AgentTouch { touch: Thread, target: Prompt(0) }",
     ),
-    (names::NAMES_OPEN, Fault::EmptyReactionKey, Scope::Prompts),
+    (
+        names::NAMES_OPEN,
+        Fault::EmptyReactionKey,
+        Scope::Prompts,
+        "AgentSays(KeyNames(R1))",
+    ),
     (
         names::WRONGLY_REFUSED,
         Fault::WrongOriginalSender,
         Scope::Prompts,
+        "AgentTouch { touch: Edit, target: Message(1) }",
     ),
     (
         names::REPLY_ANSWERED,
         Fault::LoseReplyRelations,
         Scope::Prompts,
+        "Noise(AnnYesToAgent)",
     ),
-    (names::HELD_BY_FORMER, Fault::StaleApprovers, Scope::Prompts),
+    (
+        names::HELD_BY_FORMER,
+        Fault::StaleApprovers,
+        Scope::Prompts,
+        "ReplyYes { prompt: 0 }",
+    ),
     (
         names::STRANGER_JOINED,
         Fault::InviterByDisplayName,
         Scope::Rooms,
+        "Invite { who: Eve }",
     ),
     (
         names::INVITE_NOT_JOINED,
         Fault::InviterIsInvitee,
         Scope::Rooms,
+        "Invite { who: Ann }",
     ),
-    (names::JOINED_TWICE, Fault::MisreportJoins, Scope::Rooms),
+    (
+        names::JOINED_TWICE,
+        Fault::MisreportJoins,
+        Scope::Rooms,
+        "Invite { who: Ann }",
+    ),
     (
         names::NOT_JOINED_INPUT,
         Fault::StaleJoinedRoom,
         Scope::Rooms,
+        "Say { ident: A, who: Ann, room: 2, text: Chat }",
     ),
     (
         names::HISTORY_INPUT,
         Fault::ForgetHistoryAtRestart,
         Scope::Rooms,
+        "Redeliver { message: 2 }",
     ),
     (
         names::POST_NOT_REISSUED,
         Fault::FailPostsAtRestart,
         Scope::Rooms,
+        "Restart",
     ),
     (
         names::VERDICT_NOT_RESENT,
         Fault::VerdictsSentAtRestart,
         Scope::Rooms,
+        "Attach(S1)",
     ),
-    (names::PUSH_TO_AWAY, Fault::SilentRestart, Scope::Rooms),
+    (
+        names::PUSH_TO_AWAY,
+        Fault::SilentRestart,
+        Scope::Rooms,
+        "Say { ident: A, who: Ann, room: 2, text: Chat }",
+    ),
     (
         names::UNSIGNED_VERDICT,
         Fault::LoseDeviceTrust,
         Scope::Prompts,
+        "Noise(AnnUnsignedYes)",
     ),
 ];
 
-fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
+fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope, last_action: &str) {
     let mut world = World::with_fault(scope, fault);
     assert!(
         world.properties().iter().any(|p| p.name == name),
@@ -240,14 +338,20 @@ fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope) {
         path.is_some(),
         "{fault:?} in {scope:?}: no counterexample for {name:?}"
     );
+    let last = path.and_then(|p| p.into_actions().pop());
+    assert_eq!(
+        last.map(|a| format!("{a:?}")).as_deref(),
+        Some(last_action),
+        "{fault:?} in {scope:?}: the counterexample for {name:?} ends elsewhere"
+    );
 }
 
 macro_rules! fault_tests {
     ($($test:ident => $index:expr;)*) => {$(
         #[test]
         fn $test() {
-            let (name, fault, scope) = FAULTS[$index];
-            assert_fault_found(name, fault, scope);
+            let (name, fault, scope, last_action) = FAULTS[$index];
+            assert_fault_found(name, fault, scope, last_action);
         }
     )*};
 }
