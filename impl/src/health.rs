@@ -70,6 +70,23 @@ pub struct SyncStatus {
     pub last_sync_ok: Option<Instant>,
     /// The last error and when it happened (kept after a later success).
     pub last_error: Option<(String, Instant)>,
+    /// What the sync loop could not hand to the model, counted since the start.
+    pub skipped: Skipped,
+}
+
+/// What an identity's sync loop could not hand to the model, counted since `serve`
+/// started (each one is also a WARN in the log, with the room when there is one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Invites whose state could not be read (an `m.room.member` event of the
+    /// stripped invite state that does not parse, or an invite whose inviter cannot
+    /// be read at start): the model never saw them, so they are never joined.
+    pub unreadable_invites: u64,
+    /// How often matrix-sdk's decryption reports were missed (the redecryptor
+    /// lagged behind room keys, or our subscription to its reports fell behind; each
+    /// time counts once, the log says how many reports): an event decrypted late may
+    /// then never reach the model as what it is, and stays told as undecryptable.
+    pub missed_decryption_reports: u64,
 }
 
 impl Default for SyncStatus {
@@ -79,6 +96,7 @@ impl Default for SyncStatus {
             homeserver_answers: None,
             last_sync_ok: None,
             last_error: None,
+            skipped: Skipped::default(),
         }
     }
 }
@@ -104,7 +122,7 @@ impl SyncHealth {
         f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    /// A sync response was received and handed to the engine.
+    /// A sync response was received (its events are handed to the engine next).
     pub fn synced(&self) {
         self.update(|s| {
             s.state = SyncState::Syncing;
@@ -143,6 +161,16 @@ impl SyncHealth {
             s.state = SyncState::Stopped;
             s.last_error = Some((error, Instant::now()));
         });
+    }
+
+    /// An invite whose state could not be read was skipped.
+    pub fn invite_unreadable(&self) {
+        self.update(|s| s.skipped.unreadable_invites += 1);
+    }
+
+    /// matrix-sdk's decryption reports were missed (once more).
+    pub fn decryption_reports_missed(&self) {
+        self.update(|s| s.skipped.missed_decryption_reports += 1);
     }
 
     pub fn snapshot(&self) -> SyncStatus {
@@ -210,6 +238,49 @@ pub fn all_ok<'a>(
     engine.lag.is_some() && statuses.into_iter().all(|s| s.can_sync(now))
 }
 
+/// Why an identity's sync does not work at `now`, as one word: its state's name
+/// ([`SyncState::as_str`]), or `stale` when it is `syncing` but its last success is
+/// older than [`SYNC_STALE`]. `None`: it works. Judged from its own last sync
+/// alone, so an identity is healthy again the moment a sync of its succeeds,
+/// whatever another identity's backoff.
+pub fn degraded_why(status: &SyncStatus, now: Instant) -> Option<&'static str> {
+    match status.state {
+        _ if status.can_sync(now) => None,
+        SyncState::Syncing => Some("stale"),
+        state => Some(state.as_str()),
+    }
+}
+
+/// The whole server at one instant: which identities cannot sync (by name, with
+/// [`degraded_why`]) and whether the engine answered at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub degraded: std::collections::BTreeMap<String, &'static str>,
+    pub engine_answers: bool,
+}
+
+impl Summary {
+    /// Healthy: every identity can sync and the engine answered ([`all_ok`]).
+    pub fn ok(&self) -> bool {
+        self.engine_answers && self.degraded.is_empty()
+    }
+}
+
+/// The [`Summary`] of each identity's status (by name) and the engine's probe.
+pub fn summarize<'a>(
+    statuses: impl IntoIterator<Item = (&'a str, &'a SyncStatus)>,
+    engine: &EngineProbe,
+    now: Instant,
+) -> Summary {
+    Summary {
+        degraded: statuses
+            .into_iter()
+            .filter_map(|(name, status)| Some((name.to_owned(), degraded_why(status, now)?)))
+            .collect(),
+        engine_answers: engine.lag.is_some(),
+    }
+}
+
 /// `"ok"` or `"degraded"`.
 pub fn status_word(ok: bool) -> &'static str {
     if ok {
@@ -262,6 +333,10 @@ pub fn identity_report(
             "soft_logout": soft_logout,
         },
         "undecryptable_backlog": engine.undecryptable,
+        "skipped": {
+            "unreadable_invites": status.skipped.unreadable_invites,
+            "missed_decryption_reports": status.skipped.missed_decryption_reports,
+        },
         "engine": {
             "keeps_up": engine.keeps_up(),
             "lag_ms": engine.lag.map(millis),
@@ -272,13 +347,23 @@ pub fn identity_report(
     })
 }
 
-/// The body of `GET /health`: `{"status": "ok" | "degraded"}`, plus `"identity":
-/// {…}` ([`identity_report`]) when the request carried a token of that identity.
-pub fn report(ok: bool, identity: Option<Value>) -> Value {
-    match identity {
-        Some(identity) => json!({ "status": status_word(ok), "identity": identity }),
-        None => json!({ "status": status_word(ok) }),
+/// The body of `GET /health`: `{"status": "ok" | "degraded"}`; when degraded,
+/// `"degraded_identities": {"name": "retrying", …}` (the identities that cannot sync,
+/// each with [`degraded_why`]; no error text) when there are any, and
+/// `"engine_answers": false` when the engine did not answer; plus `"identity": {…}`
+/// ([`identity_report`]) when the request carried a token of that identity.
+pub fn report(summary: &Summary, identity: Option<Value>) -> Value {
+    let mut body = json!({ "status": status_word(summary.ok()) });
+    if !summary.degraded.is_empty() {
+        body["degraded_identities"] = json!(summary.degraded);
     }
+    if !summary.engine_answers {
+        body["engine_answers"] = json!(false);
+    }
+    if let Some(identity) = identity {
+        body["identity"] = identity;
+    }
+    body
 }
 
 #[cfg(test)]
@@ -340,11 +425,86 @@ mod tests {
             value["engine"],
             json!({"keeps_up": true, "lag_ms": 4, "inputs": 7, "handle_us": 70, "persist_us": 700})
         );
+        let fine = summarize([("bot", &status)], &engine(Some(4)), now);
         assert_eq!(
-            report(true, Some(value.clone())),
+            report(&fine, Some(value.clone())),
             json!({"status": "ok", "identity": value})
         );
-        assert_eq!(report(false, None), json!({"status": "degraded"}));
+        let stuck = summarize([("bot", &status)], &engine(None), now);
+        assert_eq!(
+            report(&stuck, None),
+            json!({"status": "degraded", "engine_answers": false})
+        );
+    }
+
+    #[test]
+    fn the_summary_names_each_identity_that_cannot_sync_and_one_that_synced_is_healthy_at_once() {
+        let now = Instant::now();
+        let (a, b, c) = (
+            SyncHealth::default(),
+            SyncHealth::default(),
+            SyncHealth::default(),
+        );
+        a.synced();
+        b.synced();
+        b.failed(false, "connection refused".into());
+        c.token_rejected(false, "M_UNKNOWN_TOKEN".into());
+        let stale = SyncStatus {
+            state: SyncState::Syncing,
+            last_sync_ok: now.checked_sub(SYNC_STALE + Duration::from_secs(1)),
+            ..SyncStatus::default()
+        };
+        let starting = SyncStatus::default();
+        let (sa, sb, sc) = (a.snapshot(), b.snapshot(), c.snapshot());
+        let all = [
+            ("a", &sa),
+            ("b", &sb),
+            ("c", &sc),
+            ("d", &stale),
+            ("e", &starting),
+        ];
+        let summary = summarize(all, &engine(Some(1)), now);
+        assert!(!summary.ok());
+        assert_eq!(
+            report(&summary, None),
+            json!({"status": "degraded", "degraded_identities": {
+                "b": "retrying", "c": "token_rejected", "d": "stale", "e": "starting",
+            }})
+        );
+        // b syncs again, while the others stay as they are: b is healthy at once.
+        b.synced();
+        let sb = b.snapshot();
+        let summary = summarize([("a", &sa), ("b", &sb)], &engine(Some(1)), Instant::now());
+        assert_eq!(summary.degraded, Default::default());
+        assert!(summary.ok());
+        assert_eq!(report(&summary, None), json!({"status": "ok"}));
+        let unanswered = summarize([("a", &sa), ("b", &sb)], &engine(None), Instant::now());
+        assert!(!unanswered.ok());
+    }
+
+    #[test]
+    fn skipped_invites_and_missed_decryption_reports_are_counted_in_the_details() {
+        let health = SyncHealth::default();
+        health.synced();
+        let value = identity_report("bot", &health.snapshot(), &engine(Some(1)), Instant::now());
+        assert_eq!(
+            value["skipped"],
+            json!({"unreadable_invites": 0, "missed_decryption_reports": 0}),
+            "{value}"
+        );
+        health.invite_unreadable();
+        health.invite_unreadable();
+        health.decryption_reports_missed();
+        health.decryption_reports_missed();
+        health.decryption_reports_missed();
+        let value = identity_report("bot", &health.snapshot(), &engine(Some(1)), Instant::now());
+        assert_eq!(
+            value["skipped"],
+            json!({"unreadable_invites": 2, "missed_decryption_reports": 3}),
+            "{value}"
+        );
+        // Counted, not degraded: the sync works.
+        assert_eq!(value["status"], "ok", "{value}");
     }
 
     #[test]

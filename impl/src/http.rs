@@ -217,12 +217,15 @@ fn bad_request(rejection: &mc_adapters::jsonrpc::Rejection) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(rejection.response())).into_response()
 }
 
-/// What [`jsonrpc_body`] needs: the store (a session's negotiated revision) and the
+/// What [`jsonrpc_body`] needs: the store (a session's negotiated revision), the
+/// engine (a batched `permission_request` that was not taken is told to it) and the
 /// config's `batch_deadline_ms`.
 #[derive(Clone)]
 pub struct BodyState {
     /// Where sessions and their `initialize` params are kept.
     pub store: Store,
+    /// The model's engine.
+    pub engine: EngineHandle,
     /// How long one batch is worked on, from when its first message is handed over
     /// (`batch_deadline_ms`).
     pub batch_deadline: Duration,
@@ -377,6 +380,7 @@ pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Ne
                 method = item.get("method").and_then(|m| m.as_str()),
                 "a batched notification or response was not taken: {outcome:?}"
             );
+            permission_request_not_taken(&state.engine, &parts, &item, &outcome);
         }
         answer.add(&item, outcome);
     }
@@ -384,6 +388,42 @@ pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Ne
         None => StatusCode::ACCEPTED.into_response(),
         Some(responses) => axum::Json(responses).into_response(),
     }
+}
+
+/// A batched `permission_request` that rmcp did not take never reaches
+/// `on_custom_notification`, so the session that waits on it would never be told:
+/// it goes to the model as one it could not read (`Input::InvalidPermissionRequest`,
+/// which tells the session why), as an unreadable one does. Any other message, or one
+/// that may still be taken (late), is left to the warning.
+fn permission_request_not_taken(
+    engine: &EngineHandle,
+    parts: &axum::http::request::Parts,
+    item: &serde_json::Value,
+    outcome: &mc_adapters::jsonrpc::Outcome,
+) {
+    if item.get("method").and_then(|m| m.as_str()) != Some(crate::engine::PERMISSION_REQUEST_METHOD)
+        || item.get("id").is_some()
+    {
+        return;
+    }
+    let Some(error) = mc_adapters::jsonrpc::notification_not_taken(outcome) else {
+        return;
+    };
+    // A batch reaches here only on a session, after `authenticate` named its caller.
+    let identity = parts.extensions.get::<Caller>().map(|c| c.identity.clone());
+    let session = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok());
+    let (Some(identity), Some(session)) = (identity, session) else {
+        tracing::warn!("a batched permission_request without identity or session");
+        return;
+    };
+    let _ = engine.submit(Input::InvalidPermissionRequest {
+        identity: IdentityId(identity),
+        session: SessionId(session.to_owned()),
+        error,
+    });
 }
 
 /// What became of one message of a batch, from rmcp's answer to it: the response to
@@ -652,8 +692,9 @@ pub struct HealthState {
     pub identities: std::collections::BTreeMap<String, crate::health::SyncHealth>,
 }
 
-/// `GET /health`, outside the bearer middleware: liveness for anyone, details of
-/// the token's own identity for a token holder ([`health`]).
+/// `GET /health`, outside the bearer middleware (but behind the Host and Origin
+/// guard, see [`crate::server::router`]): liveness for anyone, details of the
+/// token's own identity for a token holder ([`health`]).
 pub fn health_router(state: HealthState) -> axum::Router {
     axum::Router::new()
         .route("/health", axum::routing::get(health))
@@ -662,12 +703,13 @@ pub fn health_router(state: HealthState) -> axum::Router {
 
 /// `GET /health` (README "Health"). Without `Authorization`: `{"status": "ok"}`
 /// (200) or `{"status": "degraded"}` (503: an identity cannot sync, or the engine
-/// does not answer), nothing else. With `Authorization: Bearer <token>`: the same
+/// does not answer) with which identities cannot sync and why in one word, or that
+/// the engine did not answer ([`crate::health::report`]), nothing else. With `Authorization: Bearer <token>`: the same
 /// status and code, plus `"identity"`: the token's own identity's details
 /// ([`crate::health::identity_report`]); never another identity's. An unknown or
 /// revoked token is 401, as on the MCP mounts.
 pub async fn health(State(state): State<HealthState>, headers: axum::http::HeaderMap) -> Response {
-    use crate::health::{all_ok, identity_report, probe_engine, report};
+    use crate::health::{identity_report, probe_engine, report, summarize};
     let caller = match bearer_token(&headers) {
         None => None,
         Some(token) => match state.store.token_identity(&token) {
@@ -686,19 +728,23 @@ pub async fn health(State(state): State<HealthState>, headers: axum::http::Heade
         .iter()
         .map(|(name, health)| (name, health.snapshot()))
         .collect();
-    let ok = all_ok(statuses.iter().map(|(_, s)| s), &engine, now);
+    let summary = summarize(
+        statuses.iter().map(|(name, s)| (name.as_str(), s)),
+        &engine,
+        now,
+    );
     let identity = caller.and_then(|caller| {
         statuses
             .iter()
             .find(|(name, _)| **name == caller)
             .map(|(name, status)| identity_report(name, status, &engine, now))
     });
-    let code = if ok {
+    let code = if summary.ok() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut response = (code, axum::Json(report(ok, identity))).into_response();
+    let mut response = (code, axum::Json(report(&summary, identity))).into_response();
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -1757,15 +1803,15 @@ mod tests {
             "never another identity: {body}"
         );
 
-        // Another identity cannot sync: degraded for everyone, its details for no one
-        // but its own tokens.
+        // Another identity cannot sync: degraded for everyone, named with its state,
+        // its details for no one but its own tokens.
         b.failed(false, "connection refused".into());
         let (status, body) = get_health(&app, None).await;
         assert_eq!(
             (status, body),
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                serde_json::json!({"status": "degraded"})
+                serde_json::json!({"status": "degraded", "degraded_identities": {"b": "retrying"}})
             )
         );
         let (status, body) = get_health(&app, Some(&token_a)).await;
@@ -1775,6 +1821,209 @@ mod tests {
 
         let (status, _) = get_health(&app, Some("mct_wrong")).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn health_names_the_identity_that_is_degraded_and_recovers_once_its_sync_succeeds() {
+        use crate::health::SyncHealth;
+        let store = store();
+        let mut channel = mc_model::Channel::new();
+        for name in ["a", "b"] {
+            channel
+                .add_identity(
+                    IdentityId(name.into()),
+                    mc_model::IdentityConfig::new(mc_model::UserId(format!("@{name}:hs")), []),
+                )
+                .unwrap();
+        }
+        let (engine, _task) = crate::engine::spawn(
+            channel,
+            Arc::new(NoWire),
+            crate::engine::NoPersist,
+            crate::engine::now_ms,
+        );
+        let (a, b) = (SyncHealth::default(), SyncHealth::default());
+        a.synced();
+        b.synced();
+        let app = health_router(HealthState {
+            store: store.clone(),
+            engine,
+            identities: [("a".to_string(), a.clone()), ("b".to_string(), b.clone())].into(),
+        });
+        let token_a = store.create_token("a", "").unwrap();
+
+        // The outage: b's sync fails (a's has not noticed yet).
+        b.failed(false, "connection refused".into());
+        let (status, body) = get_health(&app, None).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            serde_json::json!({"status": "degraded", "degraded_identities": {"b": "retrying"}})
+        );
+        let (status, body) = get_health(&app, Some(&token_a)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body["degraded_identities"],
+            serde_json::json!({"b": "retrying"})
+        );
+        assert_eq!(body["identity"]["status"], "ok", "{body}");
+        assert!(!body.to_string().contains("connection refused"), "{body}");
+
+        // b's next sync succeeds: healthy at once, no wait for anything else.
+        b.synced();
+        let (status, body) = get_health(&app, None).await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, serde_json::json!({"status": "ok"}))
+        );
+    }
+
+    /// A wire that records the log messages the model sends to sessions.
+    #[derive(Default)]
+    struct LogWire {
+        logs: Mutex<Vec<(String, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::engine::Wire for LogWire {
+        async fn notify(&self, s: &SessionId, m: &str, p: serde_json::Value) -> Result<(), String> {
+            NoWire.notify(s, m, p).await
+        }
+        async fn post_prompt(
+            &self,
+            i: &IdentityId,
+            r: &mc_model::RoomId,
+            t: &mc_model::PromptText,
+            x: &str,
+        ) -> Result<mc_model::EventId, String> {
+            NoWire.post_prompt(i, r, t, x).await
+        }
+        async fn edit_prompt(
+            &self,
+            i: &IdentityId,
+            r: &mc_model::RoomId,
+            e: &mc_model::EventId,
+            t: &mc_model::PromptText,
+        ) -> Result<(), String> {
+            NoWire.edit_prompt(i, r, e, t).await
+        }
+        async fn notice(
+            &self,
+            i: &IdentityId,
+            r: &mc_model::RoomId,
+            e: &mc_model::EventId,
+            t: &str,
+        ) -> Result<(), String> {
+            NoWire.notice(i, r, e, t).await
+        }
+        async fn join_room(&self, i: &IdentityId, r: &mc_model::RoomId) -> Result<(), String> {
+            NoWire.join_room(i, r).await
+        }
+        async fn write(
+            &self,
+            i: &IdentityId,
+            w: &mc_model::AgentWrite,
+        ) -> Result<crate::write::Written, crate::write::ToolError> {
+            NoWire.write(i, w).await
+        }
+        async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
+            self.logs
+                .lock()
+                .unwrap()
+                .push((session.to_string(), message.to_string()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batched_permission_request_that_is_not_taken_is_told_to_its_session() {
+        let store = store();
+        let token = store.create_token("a", "").unwrap();
+        store.bind_mcp_session("s1", "a", "channel").unwrap();
+        // The session negotiated 2025-03-26, the revision that takes batches.
+        let params: rmcp::model::InitializeRequestParams =
+            serde_json::from_value(serde_json::json!({
+                "protocolVersion": "2025-03-26",
+                "capabilities": {},
+                "clientInfo": {"name": "claude-code", "version": "1"},
+            }))
+            .unwrap();
+        store
+            .set_mcp_session_state(
+                "s1",
+                &serde_json::to_string(&SessionState::new(params)).unwrap(),
+            )
+            .unwrap();
+        let mut channel = mc_model::Channel::new();
+        channel
+            .add_identity(
+                IdentityId("a".into()),
+                mc_model::IdentityConfig::new(mc_model::UserId("@a:hs".into()), []),
+            )
+            .unwrap();
+        let wire = Arc::new(LogWire::default());
+        let (engine, _task) = crate::engine::spawn(
+            channel,
+            wire.clone(),
+            crate::engine::NoPersist,
+            crate::engine::now_ms,
+        );
+        // A stand-in for rmcp that answers every message after the batch's deadline:
+        // the request is late, the permission_request after it is never started.
+        async fn slow() -> StatusCode {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            StatusCode::ACCEPTED
+        }
+        let app = axum::Router::new()
+            .route("/channel", post(slow))
+            .layer(axum::middleware::from_fn_with_state(
+                BodyState {
+                    store: store.clone(),
+                    engine: engine.clone(),
+                    batch_deadline: Duration::from_millis(50),
+                },
+                jsonrpc_body,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                AuthState::new(store.clone()),
+                authenticate,
+            ));
+        let batch = serde_json::json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "method": crate::engine::PERMISSION_REQUEST_METHOD, "params": {
+                "request_id": "abcde", "tool_name": "Bash", "description": "run ls",
+                "input_preview": "{\"command\":\"ls\"}",
+            }},
+        ]);
+        let req = Request::builder()
+            .method("POST")
+            .uri("/channel")
+            .header("authorization", format!("Bearer {token}"))
+            .header("mcp-session-id", "s1")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Body::from(serde_json::to_vec(&batch).unwrap()))
+            .unwrap();
+        let response = app.oneshot(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut logs = Vec::new();
+        for _ in 0..50 {
+            engine.read(|_| ()).await.unwrap();
+            logs = wire.logs.lock().unwrap().clone();
+            if !logs.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(logs.len(), 1, "the session is told once: {logs:?}");
+        let (session, message) = &logs[0];
+        assert_eq!(session, "s1");
+        assert!(
+            message.starts_with("matrix-channel did not relay a permission_request: ")
+                && message.contains("JSON-RPC batch")
+                && message.contains("send it on its own"),
+            "{message}"
+        );
     }
 
     #[tokio::test]

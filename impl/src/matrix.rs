@@ -23,6 +23,7 @@ use matrix_sdk::ruma::api::client::filter::{FilterDefinition, RoomEventFilter, R
 use matrix_sdk::ruma::api::client::sync::sync_events::v3::Filter;
 use matrix_sdk::ruma::events::room::member::{MembershipState, StrippedRoomMemberEvent};
 use matrix_sdk::{Client, Room, RoomState};
+use mc_adapters::gap::GapPlan;
 use mc_model::{DeviceTrust, IdentityId, Input, Membership, UserId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -400,6 +401,39 @@ impl Retry {
     }
 }
 
+/// How long the next sync may long-poll (`/sync`'s `timeout`).
+///
+/// The first sync of the loop catches up on what happened while the server was
+/// down, so it does not wait for new events (`timeout=0`); after a success the loop
+/// long-polls ([`LongPoll::LONG`]). After a failure the next sync catches up again:
+/// a long poll would hold the answer of a homeserver that is back until something
+/// new happens (up to 30 s), and `/health` would read `retrying` all that time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LongPoll {
+    timeout: Duration,
+}
+
+impl LongPoll {
+    /// matrix-sdk's `SyncSettings` default.
+    const LONG: Duration = Duration::from_secs(30);
+
+    fn new() -> Self {
+        LongPoll {
+            timeout: Duration::ZERO,
+        }
+    }
+
+    /// A sync succeeded: the next one long-polls.
+    fn succeeded(&mut self) {
+        self.timeout = Self::LONG;
+    }
+
+    /// A sync failed: the next one catches up.
+    fn failed(&mut self) {
+        self.timeout = Duration::ZERO;
+    }
+}
+
 /// Why a sync failed, as the loop treats it.
 #[derive(Debug, PartialEq, Eq)]
 enum SyncFailure {
@@ -454,25 +488,26 @@ impl Syncer {
     async fn run(mut self, settings: SyncSettings, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
         let mut settings = settings;
-        // The first sync catches up on what happened while the server was down.
-        let mut timeout = Duration::ZERO;
+        let mut poll = LongPoll::new();
         let mut retry = Retry::new();
         loop {
             let result = self
                 .client
-                .sync_once(settings.clone().timeout(timeout))
+                .sync_once(settings.clone().timeout(poll.timeout))
                 .await;
             match result {
                 Ok(response) => {
+                    // The sync works as soon as its answer is here: `/health` says so
+                    // while the response (and a gap's backfill) is handed over.
+                    self.health.synced();
                     self.feed(&response).await;
                     if let Err(e) = self.handled(&response.next_batch).await {
                         tracing::error!(identity = %self.name, "{e:#}");
                         self.health.stopped(format!("{e:#}"));
                         return;
                     }
-                    self.health.synced();
                     settings = settings.token(response.next_batch);
-                    timeout = Duration::from_secs(30);
+                    poll.succeeded();
                     retry = Retry::new();
                 }
                 Err(e) => match classify(&e) {
@@ -494,6 +529,7 @@ impl Syncer {
                         return;
                     }
                     SyncFailure::Unreachable => {
+                        poll.failed();
                         let wait = retry.backoff();
                         tracing::warn!(
                             identity = %self.name,
@@ -508,6 +544,7 @@ impl Syncer {
                         self.wait_for_homeserver(wait).await;
                     }
                     SyncFailure::Refused => {
+                        poll.failed();
                         let wait = retry.backoff();
                         tracing::warn!(identity = %self.name, "sync failed, retrying in {wait:?}: {e}");
                         self.health.failed(true, e.to_string());
@@ -572,9 +609,22 @@ impl Syncer {
         }
         for (room_id, update) in &response.rooms.invited {
             for raw in &update.invite_state.events {
-                let Ok(event) = serde_json::from_str::<StrippedRoomMemberEvent>(raw.json().get())
-                else {
+                let json = raw.json().get();
+                if is_other_state(json) {
+                    // The room's name, its encryption and such: not a membership.
                     continue;
+                }
+                let event = match serde_json::from_str::<StrippedRoomMemberEvent>(json) {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(
+                            identity = %self.name, room = %room_id,
+                            "an invite's m.room.member state cannot be read, the invite is \
+                             skipped (never joined): {e}"
+                        );
+                        self.health.invite_unreadable();
+                        continue;
+                    }
                 };
                 let _ = self.engine.submit(Input::Membership {
                     identity: self.id.clone(),
@@ -600,19 +650,28 @@ impl Syncer {
             .events
             .iter()
             .any(|e| is_own_join(e.raw().json().get(), &self.me));
-        let mut gap = Vec::new();
-        if timeline.limited && !joined_here {
-            if let Some(prev_batch) = &timeline.prev_batch {
-                let cut;
-                (gap, cut) = self.backfill(&room, prev_batch).await;
-                if cut {
-                    // The sessions are told before the events that follow the cut.
-                    let _ = self.engine.submit(Input::GapCut {
-                        identity: self.id.clone(),
-                        room: mc_model::RoomId(room_id.to_string()),
-                    });
-                }
+        let (gap, cut) = match mc_adapters::gap::plan(
+            timeline.limited,
+            joined_here,
+            timeline.prev_batch.as_deref(),
+        ) {
+            GapPlan::None => (Vec::new(), false),
+            GapPlan::Backfill(prev_batch) => self.backfill(&room, prev_batch).await,
+            GapPlan::Cut => {
+                tracing::warn!(
+                    identity = %self.name, room = %room_id,
+                    "a limited timeline without prev_batch: its gap cannot be backfilled, the \
+                     events before it are cut (never pushed)"
+                );
+                (Vec::new(), true)
             }
+        };
+        if cut {
+            // The sessions are told before the events that follow the cut.
+            let _ = self.engine.submit(Input::GapCut {
+                identity: self.id.clone(),
+                room: mc_model::RoomId(room_id.to_string()),
+            });
         }
         for event in gap.iter().chain(&timeline.events) {
             self.hand(&room, event).await;
@@ -784,6 +843,16 @@ fn is_own_join(raw: &str, user: &str) -> bool {
         && event["unsigned"]["prev_content"]["membership"] != "join"
 }
 
+/// Whether `raw` (one event of an invite's stripped state) is readable JSON of a type
+/// other than `m.room.member`. Anything else is a membership to hand over, or state
+/// that cannot be read, which is counted and logged.
+fn is_other_state(raw: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(raw)
+        .ok()
+        .and_then(|event| event["type"].as_str().map(|t| t != "m.room.member"))
+        .unwrap_or(false)
+}
+
 /// Tells the model what the Matrix store knows of each room when the server starts
 /// (before the catch-up sync, whose events follow): joined, invited (by whom),
 /// left. The model joins pending invites of allowed senders (a join cut by the last
@@ -800,12 +869,20 @@ async fn report_rooms(identity: &Identity, engine: &EngineHandle) {
                         by: UserId(inviter.user_id().to_string()),
                     },
                     None => {
-                        tracing::info!(room = %room.room_id(), "an invite without an inviter: not reported");
+                        tracing::warn!(
+                            identity = %identity.name, room = %room.room_id(),
+                            "an invite without a readable inviter: not reported (never joined)"
+                        );
+                        identity.health.invite_unreadable();
                         continue;
                     }
                 },
                 Err(e) => {
-                    tracing::warn!(room = %room.room_id(), "reading an invite failed: {e}");
+                    tracing::warn!(
+                        identity = %identity.name, room = %room.room_id(),
+                        "reading an invite failed, it is not reported (never joined): {e}"
+                    );
+                    identity.health.invite_unreadable();
                     continue;
                 }
             },
@@ -846,6 +923,7 @@ fn add_redecryption(identity: &Identity, engine: EngineHandle) -> anyhow::Result
     let client = identity.client.clone();
     client.event_cache().subscribe()?;
     let id = IdentityId(identity.name.clone());
+    let health = identity.health.clone();
     tokio::spawn(async move {
         let mut reports = client.event_cache().subscribe_to_decryption_reports();
         while let Some(report) = reports.next().await {
@@ -877,10 +955,25 @@ fn add_redecryption(identity: &Identity, engine: EngineHandle) -> anyhow::Result
                 Ok(RedecryptorReport::BackupAvailable) => {
                     tracing::info!(identity = %id, "a room key backup became available");
                 }
-                Ok(RedecryptorReport::Lagging) | Err(_) => tracing::warn!(
-                    identity = %id,
-                    "missed some of matrix-sdk's decryption reports: an event decrypted late may be told as undecryptable"
-                ),
+                Ok(RedecryptorReport::Lagging) => {
+                    // matrix-sdk's report names no room: it may concern any.
+                    tracing::warn!(
+                        identity = %id,
+                        "matrix-sdk's redecryptor lagged and may have missed room keys: an \
+                         event decrypted late may stay told as undecryptable (counted in \
+                         /health)"
+                    );
+                    health.decryption_reports_missed();
+                }
+                Err(lagged) => {
+                    tracing::warn!(
+                        identity = %id,
+                        "missed some of matrix-sdk's decryption reports ({lagged}; their rooms \
+                         are unknown): an event decrypted late may stay told as undecryptable \
+                         (counted in /health)"
+                    );
+                    health.decryption_reports_missed();
+                }
             }
         }
     });
@@ -1141,6 +1234,20 @@ mod tests {
     }
 
     #[test]
+    fn after_a_failed_sync_the_next_one_catches_up_without_long_polling() {
+        let mut poll = LongPoll::new();
+        assert_eq!(poll.timeout, Duration::ZERO, "the first sync catches up");
+        poll.succeeded();
+        assert_eq!(poll.timeout, LongPoll::LONG);
+        // The homeserver is back: the sync that follows answers at once, so `/health`
+        // recovers with it rather than after a long poll with nothing new.
+        poll.failed();
+        assert_eq!(poll.timeout, Duration::ZERO);
+        poll.succeeded();
+        assert_eq!(poll.timeout, LongPoll::LONG);
+    }
+
+    #[test]
     fn the_sync_backoff_doubles_from_one_second_to_thirty_and_probes_every_second() {
         let mut retry = Retry::new();
         let waits: Vec<u64> = (0..8).map(|_| retry.backoff().as_secs()).collect();
@@ -1191,6 +1298,22 @@ mod tests {
         );
         let forbidden = r#"{"errcode":"M_FORBIDDEN","error":"no"}"#;
         assert_eq!(classify(&answered(403, forbidden)), SyncFailure::Refused);
+    }
+
+    #[test]
+    fn only_stripped_state_readable_as_another_type_is_left_out_of_the_invites() {
+        assert!(is_other_state(
+            r#"{"type": "m.room.name", "state_key": "", "sender": "@a:hs", "content": {"name": "x"}}"#
+        ));
+        for raw in [
+            r#"{"type": "m.room.member", "state_key": "@bot:hs", "sender": "@a:hs", "content": {"membership": "invite"}}"#,
+            r#"{"type": "m.room.member", "state_key": "@bot:hs", "content": {}}"#,
+            r#"{"type": 7}"#,
+            r#"{"content": {}}"#,
+            "not json",
+        ] {
+            assert!(!is_other_state(raw), "{raw}");
+        }
     }
 
     #[test]

@@ -334,7 +334,9 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
 }
 
 /// The HTTP router: `/mcp` and `/channel` behind bearer authentication, refusing
-/// requests and ending event streams once `stop` is set ([`crate::http::authenticate`]).
+/// requests and ending event streams once `stop` is set ([`crate::http::authenticate`]);
+/// `/health` without it; all three behind the Host and Origin guard
+/// ([`crate::http::guard_host_and_origin`]).
 pub fn router(
     config: &Config,
     store: Store,
@@ -372,7 +374,7 @@ pub fn router(
     http_config.session_store = Some(Arc::new(SqliteSessionStore {
         store: store.clone(),
     }));
-    let tracker = Arc::new(StreamTracker::new(store.clone(), engine, peers));
+    let tracker = Arc::new(StreamTracker::new(store.clone(), engine.clone(), peers));
     let channel_app = app.clone();
     let channel = StreamableHttpService::new(
         move || Ok(McpServer::new(Mount::Channel, channel_app.clone())),
@@ -390,6 +392,7 @@ pub fn router(
         .layer(axum::middleware::from_fn_with_state(
             crate::http::BodyState {
                 store: store.clone(),
+                engine: engine.clone(),
                 batch_deadline: Duration::from_millis(config.batch_deadline_ms),
             },
             crate::http::jsonrpc_body,
@@ -398,7 +401,12 @@ pub fn router(
             AuthState::new(store).with_stop(stop),
             authenticate,
         ))
-        // The outer layer, so it runs first: Host and Origin before the token.
+        // Before the guard, after the token: `/health` answers liveness without a
+        // token, but not to a page whose Host or Origin is not allowed (DNS
+        // rebinding would let it read ok or degraded).
+        .merge(crate::http::health_router(health))
+        // The outer layer, so it runs first: Host and Origin before the token, on
+        // every route.
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(
                 mc_adapters::origin::Guard::new(
@@ -409,6 +417,80 @@ pub fn router(
             ),
             crate::http::guard_host_and_origin,
         ))
-        // After the layers: `/health` answers liveness without a token.
-        .merge(crate::http::health_router(health))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{header, Request, StatusCode};
+    use tower::ServiceExt as _;
+
+    #[tokio::test]
+    async fn health_is_behind_the_host_and_origin_guard_like_the_mcp_mounts() {
+        let dir = std::env::temp_dir().join(format!("mc-server-{}", rand::random::<u64>()));
+        let store = Store::open(&dir).unwrap();
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            store_dir: dir,
+            allowed_hosts: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+            allowed_origins: None,
+            session_idle_secs: 0,
+            max_download_bytes: 1 << 20,
+            batch_deadline_ms: 1_000,
+            log: "info".to_owned(),
+            identities: BTreeMap::new(),
+            warnings: Vec::new(),
+        };
+        let (engine, _task) = engine::spawn(
+            Channel::new(),
+            Arc::new(LiveWire {
+                peers: Peers::default(),
+                identities: BTreeMap::new(),
+            }),
+            engine::NoPersist,
+            engine::now_ms,
+        );
+        let app = router(
+            &config,
+            store,
+            engine,
+            Peers::default(),
+            BTreeMap::new(),
+            Stop::new(),
+        );
+        let get = |path: &'static str, host: &'static str, origin: Option<&'static str>| {
+            let mut req = Request::builder()
+                .method("GET")
+                .uri(path)
+                .header(header::HOST, host);
+            if let Some(origin) = origin {
+                req = req.header(header::ORIGIN, origin);
+            }
+            app.clone().oneshot(req.body(Body::empty()).unwrap())
+        };
+        for (host, origin) in [
+            ("evil.example:8700", None),
+            ("localhost:8700", Some("http://evil.example")),
+        ] {
+            for path in ["/health", "/mcp"] {
+                let response = get(path, host, origin).await.unwrap();
+                assert_eq!(
+                    response.status(),
+                    StatusCode::FORBIDDEN,
+                    "{path} {host} {origin:?}"
+                );
+                let body = axum::body::to_bytes(response.into_body(), 4096)
+                    .await
+                    .unwrap();
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(body["error"], "forbidden", "{path}: {body}");
+            }
+        }
+        // An allowed Host (and Origin) reads liveness without a token.
+        for origin in [None, Some("http://localhost:6274")] {
+            let response = get("/health", "127.0.0.1:8700", origin).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{origin:?}");
+        }
+    }
 }

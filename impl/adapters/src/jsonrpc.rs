@@ -320,6 +320,31 @@ impl BatchAnswer {
 }
 
 /// At most 200 characters of `text`, for an error message.
+/// Why a notification of a batch was not taken, for the session that sent it (a
+/// `permission_request`, which the session waits on: it is told this instead of a
+/// verdict, as for one whose params cannot be read); `None` when it was taken, or may
+/// still be ([`Outcome::Late`]: handed over, and the library may act on it after the
+/// deadline, so "not relayed" could be untrue).
+pub fn notification_not_taken(outcome: &Outcome) -> Option<String> {
+    let why = match outcome {
+        Outcome::Accepted | Outcome::Late { .. } => return None,
+        Outcome::NotStarted { deadline_ms } => format!(
+            "the batch's deadline of {deadline_ms} ms (batch_deadline_ms) passed before its turn"
+        ),
+        Outcome::Answered(message) => format!(
+            "the server answered it with {}",
+            excerpt(&message.to_string())
+        ),
+        Outcome::TooLarge { limit } => format!("the server answered it with over {limit} bytes"),
+        Outcome::Failed(detail) => format!("the server refused it: {}", excerpt(detail)),
+    };
+    Some(format!(
+        "it came inside a JSON-RPC batch and was not taken ({why}); a permission_request \
+         inside a batch that is not taken is not relayed: send it on its own, one message \
+         per POST"
+    ))
+}
+
 fn excerpt(text: &str) -> String {
     text.chars().take(200).collect()
 }
@@ -381,6 +406,48 @@ mod tests {
 
     fn refused(body: &str) -> Rejection {
         inspect(body.as_bytes()).expect_err(body)
+    }
+
+    #[test]
+    fn a_batched_notification_not_taken_is_told_why_and_one_taken_or_late_is_not() {
+        assert_eq!(notification_not_taken(&Outcome::Accepted), None);
+        assert_eq!(
+            notification_not_taken(&Outcome::Late { deadline_ms: 50 }),
+            None
+        );
+        let told = |outcome: Outcome, why: &str| {
+            let message = notification_not_taken(&outcome).expect("told");
+            assert!(
+                message.starts_with("it came inside a JSON-RPC batch and was not taken (")
+                    && message.contains(why)
+                    && message.ends_with("send it on its own, one message per POST"),
+                "{message}"
+            );
+        };
+        told(
+            Outcome::NotStarted { deadline_ms: 50 },
+            "(the batch's deadline of 50 ms (batch_deadline_ms) passed before its turn)",
+        );
+        told(
+            Outcome::Answered(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -1}})),
+            "(the server answered it with {\"",
+        );
+        assert!(
+            notification_not_taken(&Outcome::Answered(json!({"error": {"code": -1}})))
+                .unwrap()
+                .contains("{\"code\":-1}")
+        );
+        told(
+            Outcome::TooLarge { limit: 9 },
+            "(the server answered it with over 9 bytes)",
+        );
+        told(
+            Outcome::Failed("HTTP 500 Internal Server Error: boom".into()),
+            "(the server refused it: HTTP 500 Internal Server Error: boom)",
+        );
+        let long = "x".repeat(500);
+        let message = notification_not_taken(&Outcome::Failed(long.clone())).unwrap();
+        assert!(!message.contains(&long), "the detail is cut to an excerpt");
     }
 
     #[test]

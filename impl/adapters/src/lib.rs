@@ -2,10 +2,12 @@
 //! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
 //! config file and its validation (`config`), long messages into parts (`split`), and
 //! what the read tools return for an event (`summary`), the Host and Origin guard
-//! (`origin`), and what a POST body is before the MCP library reads it (`jsonrpc`). No network, no async.
+//! (`origin`), what a POST body is before the MCP library reads it (`jsonrpc`), and
+//! what the sync loop does about a timeline's gap (`gap`). No network, no async.
 //! `mc_server` re-exports the four modules under the same names.
 pub mod config;
 pub mod decode;
+pub mod gap;
 pub mod jsonrpc;
 pub mod origin;
 pub mod split;
