@@ -5,6 +5,7 @@ mod attacks;
 mod auth;
 mod chat;
 mod claude_code;
+mod config_check;
 mod cross_signing;
 mod encrypted;
 mod mcp_conformance;
