@@ -1759,8 +1759,14 @@ mod tests {
         (status, serde_json::from_slice(&body).unwrap())
     }
 
-    #[tokio::test]
-    async fn health_tells_liveness_to_anyone_and_details_only_of_the_tokens_own_identity() {
+    /// `/health` of identities `a` and `b`, both synced: the router, the two sync
+    /// healths and a token of `a`.
+    fn two_identities_health() -> (
+        axum::Router,
+        crate::health::SyncHealth,
+        crate::health::SyncHealth,
+        String,
+    ) {
         use crate::health::SyncHealth;
         let store = store();
         let mut channel = mc_model::Channel::new();
@@ -1787,6 +1793,12 @@ mod tests {
             identities: [("a".to_string(), a.clone()), ("b".to_string(), b.clone())].into(),
         });
         let token_a = store.create_token("a", "").unwrap();
+        (app, a, b, token_a)
+    }
+
+    #[tokio::test]
+    async fn health_tells_liveness_to_anyone_and_details_only_of_the_tokens_own_identity() {
+        let (app, _a, b, token_a) = two_identities_health();
 
         let (status, body) = get_health(&app, None).await;
         assert_eq!(
@@ -1825,32 +1837,7 @@ mod tests {
 
     #[tokio::test]
     async fn health_names_the_identity_that_is_degraded_and_recovers_once_its_sync_succeeds() {
-        use crate::health::SyncHealth;
-        let store = store();
-        let mut channel = mc_model::Channel::new();
-        for name in ["a", "b"] {
-            channel
-                .add_identity(
-                    IdentityId(name.into()),
-                    mc_model::IdentityConfig::new(mc_model::UserId(format!("@{name}:hs")), []),
-                )
-                .unwrap();
-        }
-        let (engine, _task) = crate::engine::spawn(
-            channel,
-            Arc::new(NoWire),
-            crate::engine::NoPersist,
-            crate::engine::now_ms,
-        );
-        let (a, b) = (SyncHealth::default(), SyncHealth::default());
-        a.synced();
-        b.synced();
-        let app = health_router(HealthState {
-            store: store.clone(),
-            engine,
-            identities: [("a".to_string(), a.clone()), ("b".to_string(), b.clone())].into(),
-        });
-        let token_a = store.create_token("a", "").unwrap();
+        let (app, _a, b, token_a) = two_identities_health();
 
         // The outage: b's sync fails (a's has not noticed yet).
         b.failed(false, "connection refused".into());
