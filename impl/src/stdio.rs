@@ -75,9 +75,9 @@ const DELETE_FOR: Duration = Duration::from_secs(2);
 /// `server/discover` probe carries it).
 const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
-/// JSON-RPC 2.0 internal error: what a request gets when the server's HTTP answer
-/// carried no JSON-RPC answer for it.
-pub const INTERNAL_ERROR: i64 = -32603;
+/// JSON-RPC 2.0 internal error (the one table of codes, `mc_adapters::jsonrpc`): what
+/// a request gets when the server's HTTP answer carried no JSON-RPC answer for it.
+pub use mc_adapters::jsonrpc::INTERNAL_ERROR;
 
 /// The label of the token a bridge with process id `pid` mints.
 pub fn token_label(pid: u32) -> String {
