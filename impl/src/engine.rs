@@ -11,10 +11,10 @@ use crate::journal::Journal;
 use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
-    AgentWrite, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId, EventId,
-    IdentityId, Input, Millis, Outcome, PermissionVerdict, PromptText, RoomId, SessionId,
+    AgentWrite, CallId, Channel, DropReason, Effect, EffectId, EventId, IdentityId, Input, Millis,
+    Outcome, PromptText, RoomId, SessionId,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -82,24 +82,7 @@ pub enum WriteAnswer {
     Failed(ToolError),
 }
 
-/// `notifications/claude/channel` params: `{"content": string, "meta": {string: string}}`.
-pub fn channel_params(notification: &ChannelNotification) -> Value {
-    let meta: serde_json::Map<String, Value> = notification
-        .meta
-        .iter()
-        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
-        .collect();
-    json!({ "content": notification.content, "meta": meta })
-}
-
-/// `notifications/claude/channel/permission` params:
-/// `{"request_id": "abcde", "behavior": "allow" | "deny"}`.
-pub fn verdict_params(verdict: &PermissionVerdict) -> Value {
-    json!({
-        "request_id": verdict.request_id.as_str(),
-        "behavior": verdict.behavior.as_str(),
-    })
-}
+pub use mc_adapters::params::{channel_params, verdict_params};
 
 /// Milliseconds since the Unix epoch: the model's clock.
 pub fn now_ms() -> Millis {
@@ -884,9 +867,10 @@ fn completed(id: EffectId, result: Result<(), String>) -> Input {
 mod tests {
     use super::*;
     use mc_model::{
-        Behavior, IdentityConfig, Message, MessageContent, MsgType, PermissionRequest, RequestId,
+        IdentityConfig, Message, MessageContent, MsgType, PermissionRequest, RequestId,
         SessionState, UserId,
     };
+    use serde_json::json;
     // `DropReason` and the write types come from `super::*`.
     use std::sync::{Arc, Mutex};
 
@@ -1471,26 +1455,7 @@ mod tests {
     }
 
     #[test]
-    fn params_are_the_contracts_shapes() {
-        let mut meta = mc_model::Meta::default();
-        meta.set(mc_model::MetaKey::EventId, "$e");
-        meta.set(mc_model::MetaKey::Kind, "message");
-        let n = ChannelNotification {
-            content: "hi".into(),
-            meta,
-        };
-        assert_eq!(
-            channel_params(&n),
-            json!({"content": "hi", "meta": {"event_id": "$e", "kind": "message"}})
-        );
-        let v = PermissionVerdict {
-            request_id: RequestId::parse("abcde").unwrap(),
-            behavior: Behavior::Deny,
-        };
-        assert_eq!(
-            verdict_params(&v),
-            json!({"request_id": "abcde", "behavior": "deny"})
-        );
+    fn the_models_clock_is_the_unix_time_in_milliseconds() {
         assert!(now_ms() > 1_700_000_000_000);
     }
 

@@ -278,12 +278,14 @@ async fn each_mount_lists_exactly_its_tools_annotated_and_whoami_and_list_rooms_
     // list_rooms: a stranger's invite is not taken (only allowed senders' are), and
     // shows as invited; the fixture room is joined, with its name.
     let invited_room = f.stranger.create_room(&[&f.bot.user_id]).await;
-    let invited = eventually("the stranger's invite in list_rooms", async || {
+    // Waited for with its name: the stripped state can reach the store in more than
+    // one step, so a first sight may lack it under load.
+    let invited = eventually("the stranger's named invite in list_rooms", async || {
         let rooms = mcp.call_ok("list_rooms", json!({})).await;
         rooms["invited"]
             .as_array()?
             .iter()
-            .find(|r| r["room_id"] == invited_room.as_str())
+            .find(|r| r["room_id"] == invited_room.as_str() && !r["name"].is_null())
             .cloned()
     })
     .await;
