@@ -228,16 +228,6 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Whether the whole server is healthy: every identity can sync and the engine
-/// answered at all (`lag` is some). A slow engine is reported, not degraded.
-pub fn all_ok<'a>(
-    statuses: impl IntoIterator<Item = &'a SyncStatus>,
-    engine: &EngineProbe,
-    now: Instant,
-) -> bool {
-    engine.lag.is_some() && statuses.into_iter().all(|s| s.can_sync(now))
-}
-
 /// Why an identity's sync does not work at `now`, as one word: its state's name
 /// ([`SyncState::as_str`]), or `stale` when it is `syncing` but its last success is
 /// older than [`SYNC_STALE`]. `None`: it works. Judged from its own last sync
@@ -260,7 +250,8 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Healthy: every identity can sync and the engine answered ([`all_ok`]).
+    /// Healthy: every identity can sync and the engine answered at all (a slow
+    /// engine is reported, not degraded).
     pub fn ok(&self) -> bool {
         self.engine_answers && self.degraded.is_empty()
     }
@@ -530,14 +521,16 @@ mod tests {
         fine.synced();
         let snapshot = fine.snapshot();
         let now = Instant::now();
-        assert!(all_ok([&snapshot], &engine(Some(1)), now));
-        assert!(!all_ok(
-            [&snapshot, &down.snapshot()],
+        let down_now = down.snapshot();
+        assert!(summarize([("bot", &snapshot)], &engine(Some(1)), now).ok());
+        assert!(!summarize(
+            [("bot", &snapshot), ("down", &down_now)],
             &engine(Some(1)),
             now
-        ));
+        )
+        .ok());
         let stuck = engine(None);
-        assert!(!all_ok([&snapshot], &stuck, now));
+        assert!(!summarize([("bot", &snapshot)], &stuck, now).ok());
         let value = identity_report("bot", &snapshot, &stuck, now);
         assert_eq!(value["status"], "degraded");
         assert_eq!(
@@ -548,6 +541,6 @@ mod tests {
         // Slow but answering: reported, not degraded.
         let slow = engine(Some(1_500));
         assert!(!slow.keeps_up());
-        assert!(all_ok([&snapshot], &slow, now));
+        assert!(summarize([("bot", &snapshot)], &slow, now).ok());
     }
 }

@@ -1689,8 +1689,12 @@ mod tests {
         assert!(manager.resume(&"a".into(), r1).await.is_err());
     }
 
-    /// A wire that is never called: the `/health` tests only read the engine.
-    struct NoWire;
+    /// A wire on which every Matrix send and push fails; it records the log messages
+    /// the model sends to sessions (the `/health` tests only read the engine).
+    #[derive(Default)]
+    struct NoWire {
+        logs: Mutex<Vec<(String, String)>>,
+    }
 
     #[async_trait::async_trait]
     impl crate::engine::Wire for NoWire {
@@ -1734,8 +1738,12 @@ mod tests {
         ) -> Result<crate::write::Written, crate::write::ToolError> {
             Err(crate::write::ToolError::Upstream("no wire".into()))
         }
-        async fn log_message(&self, _: &SessionId, _: &str) -> Result<(), String> {
-            Err("no wire".into())
+        async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
+            self.logs
+                .lock()
+                .unwrap()
+                .push((session.to_string(), message.to_string()));
+            Ok(())
         }
     }
 
@@ -1780,7 +1788,7 @@ mod tests {
         }
         let (engine, _task) = crate::engine::spawn(
             channel,
-            Arc::new(NoWire),
+            Arc::new(NoWire::default()),
             crate::engine::NoPersist,
             crate::engine::now_ms,
         );
@@ -1865,63 +1873,6 @@ mod tests {
         );
     }
 
-    /// A wire that records the log messages the model sends to sessions.
-    #[derive(Default)]
-    struct LogWire {
-        logs: Mutex<Vec<(String, String)>>,
-    }
-
-    #[async_trait::async_trait]
-    impl crate::engine::Wire for LogWire {
-        async fn notify(&self, s: &SessionId, m: &str, p: serde_json::Value) -> Result<(), String> {
-            NoWire.notify(s, m, p).await
-        }
-        async fn post_prompt(
-            &self,
-            i: &IdentityId,
-            r: &mc_model::RoomId,
-            t: &mc_model::PromptText,
-            x: &str,
-        ) -> Result<mc_model::EventId, String> {
-            NoWire.post_prompt(i, r, t, x).await
-        }
-        async fn edit_prompt(
-            &self,
-            i: &IdentityId,
-            r: &mc_model::RoomId,
-            e: &mc_model::EventId,
-            t: &mc_model::PromptText,
-        ) -> Result<(), String> {
-            NoWire.edit_prompt(i, r, e, t).await
-        }
-        async fn notice(
-            &self,
-            i: &IdentityId,
-            r: &mc_model::RoomId,
-            e: &mc_model::EventId,
-            t: &str,
-        ) -> Result<(), String> {
-            NoWire.notice(i, r, e, t).await
-        }
-        async fn join_room(&self, i: &IdentityId, r: &mc_model::RoomId) -> Result<(), String> {
-            NoWire.join_room(i, r).await
-        }
-        async fn write(
-            &self,
-            i: &IdentityId,
-            w: &mc_model::AgentWrite,
-        ) -> Result<crate::write::Written, crate::write::ToolError> {
-            NoWire.write(i, w).await
-        }
-        async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {
-            self.logs
-                .lock()
-                .unwrap()
-                .push((session.to_string(), message.to_string()));
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_batched_permission_request_that_is_not_taken_is_told_to_its_session() {
         let store = store();
@@ -1948,7 +1899,7 @@ mod tests {
                 mc_model::IdentityConfig::new(mc_model::UserId("@a:hs".into()), []),
             )
             .unwrap();
-        let wire = Arc::new(LogWire::default());
+        let wire = Arc::new(NoWire::default());
         let (engine, _task) = crate::engine::spawn(
             channel,
             wire.clone(),
