@@ -8,6 +8,18 @@
 //! through its [`Wire`](mc_server::engine::Wire) as MCP notification JSON and as the
 //! Matrix event contents the server builds ([`mc_server::server::prompt_content`] and
 //! friends). The clock is the world's.
+//!
+//! No wait here is timed. The engine and every task it spawns run on one
+//! current-thread runtime that runs only inside the harness's `block_on` calls, and
+//! the harness waits on what it observes: a tool's answer and a state read are the
+//! engine's own answers, the old engine's end is its task's join handle, and "the
+//! server has done all it can" ([`InProcess::take_observed`]) is the runtime parking
+//! with no task able to run (`Parks`). The in-memory wire answers every call at
+//! once (a held prompt post never does: the process dies first) and the journal is
+//! written on the engine's own task, so a parked runtime waits only on the harness.
+//! The engine's own timers (its next deadline, the notification timeout) are tokio's
+//! and run on the wall clock: one that fires while the harness works hands the engine
+//! an `Input::Tick` at the world's time, which has not moved, so it fires nothing.
 
 mod adapter;
 mod wire;
@@ -20,7 +32,10 @@ use mc_server::engine::{self, EngineHandle, JournalPersist};
 use mc_server::journal::{recover_channel, Journal, SnapshotPolicy};
 use mc_server::matrix::timeline_input;
 use std::cell::Cell;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 use wire::MemRoom;
 
 thread_local! {
@@ -31,6 +46,44 @@ thread_local! {
 
 fn clock() -> Millis {
     NOW.with(Cell::get)
+}
+
+/// The runtime's parks, counted by its `on_thread_park` hook. A current-thread
+/// runtime parks only when no task can run, none yielded, and the `block_on` future
+/// was not woken: every task (the engine, its session queues and room lanes) waits
+/// for something. In process only the harness can give it that (see the module
+/// docs), so a park after the harness's last step means the server is quiet.
+#[derive(Default)]
+struct Parks {
+    count: AtomicU64,
+    /// The future of [`Parks::next`] that waits for the next park.
+    waiting: Mutex<Option<Waker>>,
+}
+
+impl Parks {
+    /// The `on_thread_park` hook: counts the park and wakes the waiting future (the
+    /// runtime then polls its driver once without blocking and polls that future).
+    fn parked(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        let waiting = self.waiting.lock().unwrap().take();
+        if let Some(waker) = waiting {
+            waker.wake();
+        }
+    }
+
+    /// Resolves at the runtime's first park after this future's first poll.
+    fn next(&self) -> impl Future<Output = ()> + '_ {
+        let mut since = None;
+        std::future::poll_fn(move |cx| {
+            let count = self.count.load(Ordering::SeqCst);
+            if since.is_some_and(|since| count > since) {
+                return Poll::Ready(());
+            }
+            since.get_or_insert(count);
+            *self.waiting.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
 }
 
 /// A store directory of its own for the server's journal (`journal.sqlite3`, the
@@ -61,6 +114,7 @@ impl Drop for JournalDir {
 /// The server under test, in process.
 pub struct InProcess {
     rt: tokio::runtime::Runtime,
+    parks: Arc<Parks>,
     engine: EngineHandle,
     task: tokio::task::JoinHandle<()>,
     journal: JournalDir,
@@ -70,8 +124,13 @@ pub struct InProcess {
 impl InProcess {
     /// A fresh server: the cast's identities, no sessions, the world's start time.
     pub fn new() -> InProcess {
+        let parks = Arc::new(Parks::default());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
+            .on_thread_park({
+                let parks = parks.clone();
+                move || parks.parked()
+            })
             .build()
             .expect("a tokio runtime");
         NOW.with(|n| n.set(crate::world::START));
@@ -86,6 +145,7 @@ impl InProcess {
             rt.block_on(async { engine::spawn(channel, wire.clone(), persist, clock) });
         InProcess {
             rt,
+            parks,
             engine,
             task,
             journal,
@@ -100,8 +160,9 @@ impl InProcess {
     /// snapshot), `Input::Restarted`, then `report_rooms`.
     fn restart_engine(&mut self, world: &World) -> Result<(), String> {
         self.task.abort();
-        // Let the runtime drop the aborted task (and its journal connection).
-        self.rt.block_on(tokio::task::yield_now());
+        // The aborted task's future (and with it its journal connection) is dropped
+        // before its join handle answers.
+        let _ = self.rt.block_on(&mut self.task);
         let mut journal = self.journal.open();
         let (mut channel, _) = recover_channel(&mut journal, None)
             .map_err(|e| format!("recovering from the journal: {e:#}"))?;
@@ -122,23 +183,10 @@ impl InProcess {
         Ok(())
     }
 
-    /// Runs until the engine and the tasks it spawned are idle.
+    /// Runs until the engine and the tasks it spawned are quiet: the runtime's next
+    /// park ([`Parks`]).
     fn settle(&self) {
-        self.rt.block_on(async {
-            let mut last = u64::MAX;
-            loop {
-                let _ = self.engine.read(|_| ()).await;
-                for _ in 0..16 {
-                    tokio::task::yield_now().await;
-                }
-                let _ = self.engine.read(|_| ()).await;
-                let calls = self.wire.net.lock().unwrap().calls;
-                if calls == last {
-                    break;
-                }
-                last = calls;
-            }
-        });
+        self.rt.block_on(self.parks.next());
     }
 
     /// The homeserver stores world event `i` and the sync hands it to the adapter,

@@ -26,7 +26,7 @@ pub struct Net {
     pub(super) observed: Vec<Observation>,
     /// Sessions whose stream is broken: writes to them fail.
     pub(super) broken: BTreeSet<SessionId>,
-    /// Wire calls so far (to see when the engine and its tasks are idle).
+    /// Wire calls so far (they number the ids of prompt edits and notices).
     pub(super) calls: u64,
     /// The ids the homeserver gives the agent's next events (the world's names).
     pub(super) next_ids: VecDeque<EventId>,
