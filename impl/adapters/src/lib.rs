@@ -1,12 +1,15 @@
 //! The pure parts of the matrix-channel server, in a crate of their own so that
 //! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
 //! config file and its validation (`config`), long messages into parts (`split`) whose
-//! content fits an event (`fit`), and what the read tools return for an event
+//! content fits an event (`fit`), what the read tools return for an event
 //! (`summary`), the Host and Origin guard
-//! (`origin`), what a POST body is before the MCP library reads it (`jsonrpc`), and
-//! what the sync loop does about a timeline's gap (`gap`), and the params of the
-//! notifications a session gets (`params`). No network, no async.
-//! `mc_server` re-exports the four modules under the same names.
+//! (`origin`), what a POST body is before the MCP library reads it (`jsonrpc`),
+//! what the sync loop does about a timeline's gap (`gap`), the params of the
+//! notifications a session gets (`params`), and what a write to Matrix decides
+//! without the network: the tool-error contract, refusals, the encryption rule
+//! (`write_rule`). No network, no async.
+//! `mc_server` re-exports the four modules under the same names, and
+//! `mc_server::write` what it uses of `write_rule`.
 pub mod config;
 pub mod decode;
 pub mod fit;
@@ -16,3 +19,4 @@ pub mod origin;
 pub mod params;
 pub mod split;
 pub mod summary;
+pub mod write_rule;
