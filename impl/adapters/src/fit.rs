@@ -77,4 +77,48 @@ mod tests {
         assert_eq!(fit_parts("short", MAX_CONTENT_BYTES), vec!["short"]);
         assert!(fit_parts(" \n ", MAX_CONTENT_BYTES).is_empty());
     }
+
+    fn paragraphs(count: usize) -> String {
+        let text: Vec<String> = (0..count)
+            .map(|i| format!("Paragraph {i:05}: the quick brown fox & the <lazy> dog."))
+            .collect();
+        text.join("\n\n")
+    }
+
+    #[test]
+    fn the_content_of_a_markdown_message_counts_its_body_and_its_html() {
+        let json = r#"{"msgtype":"m.text","body":"*a*","format":"org.matrix.custom.html","formatted_body":"<em>a</em>"}"#;
+        assert_eq!(content_bytes("*a*"), json.len());
+    }
+
+    #[test]
+    fn a_text_whose_content_fits_the_budget_exactly_is_one_part_and_one_byte_less_cuts_it() {
+        let text = paragraphs(60);
+        assert!(text.len() > 2 * MIN_FIT_BYTES);
+        let exact = content_bytes(&text);
+        assert_eq!(fit_parts(&text, exact), vec![text.clone()]);
+        let parts = fit_parts(&text, exact - 1);
+        assert!(parts.len() > 1);
+        assert_eq!(parts.join("\n\n"), text);
+    }
+
+    #[test]
+    fn a_part_too_large_is_halved_not_cut_to_the_smallest_size() {
+        // The halves of a part of `DEFAULT_PART_BYTES` fit the budget: no part is cut
+        // down to `MIN_FIT_BYTES`.
+        let text = paragraphs(1000);
+        let first = split::split_body(&text, split::DEFAULT_PART_BYTES);
+        let parts = fit_parts(&text, MAX_ENCRYPTED_CONTENT_BYTES);
+        assert!(parts.len() > first.len());
+        assert!(parts.len() < 4 * first.len(), "{} parts", parts.len());
+    }
+
+    #[test]
+    fn parts_stop_at_the_smallest_size_even_when_their_content_does_not_fit() {
+        let text = paragraphs(100);
+        let parts = fit_parts(&text, 10);
+        assert!(parts.len() > 3);
+        assert!(parts.iter().all(|p| p.len() <= MIN_FIT_BYTES), "{parts:?}");
+        assert_eq!(parts.join("\n\n"), text);
+    }
 }
