@@ -10,6 +10,8 @@
 
 use crate::engine::EngineHandle;
 use mc_model::IdentityId;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -281,7 +283,8 @@ pub fn status_word(ok: bool) -> &'static str {
     }
 }
 
-/// The details of one identity:
+/// The details of one identity (the `identity` of `GET /health` with a token, and
+/// `whoami`'s `health`):
 ///
 /// ```json
 /// {"name": "bot", "status": "ok" | "degraded",
@@ -289,53 +292,112 @@ pub fn status_word(ok: bool) -> &'static str {
 ///           "last_error": null | "…", "last_error_age_ms": null | 5000,
 ///           "token_rejected": false, "soft_logout": false},
 ///  "undecryptable_backlog": 0,
+///  "skipped": {"unreadable_invites": 0, "missed_decryption_reports": 0},
 ///  "engine": {"keeps_up": true, "lag_ms": 1,
 ///             "inputs": 1234, "handle_us": 5600, "persist_us": 81000}}
 /// ```
-///
-/// `inputs`, `handle_us` and `persist_us` are the whole server's engine counters
-/// since it started ([`crate::engine::EngineStats`]: inputs handled, microseconds in
-/// the model's transitions and in persistence).
-/// Ages are milliseconds before `now` (`null` when it never happened); `lag_ms`
-/// is `null` when the engine did not answer within [`ENGINE_TIMEOUT`];
-/// `undecryptable_backlog` is `null` then too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct IdentityReport {
+    /// The identity's name.
+    pub name: String,
+    /// `ok` (it can sync and the engine answered) or `degraded`.
+    pub status: &'static str,
+    /// Its sync loop.
+    pub sync: SyncReport,
+    /// Undecryptable events the model holds for it; `null` when the engine did not
+    /// answer.
+    pub undecryptable_backlog: Option<usize>,
+    /// What its sync loop could not hand to the model, counted since the start.
+    pub skipped: SkippedReport,
+    /// The engine (the whole server's).
+    pub engine: EngineReport,
+}
+
+/// An identity's sync loop. Ages are milliseconds before the report (`null` when it
+/// never happened).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SyncReport {
+    /// `starting`, `syncing`, `retrying`, `token_rejected` or `stopped`.
+    pub state: &'static str,
+    /// Whether the homeserver answered the last request; `null` before any.
+    pub homeserver_answers: Option<bool>,
+    /// Age of the last successful sync.
+    pub last_sync_age_ms: Option<u64>,
+    /// The last error (kept after a later success).
+    pub last_error: Option<String>,
+    /// Age of the last error.
+    pub last_error_age_ms: Option<u64>,
+    /// The homeserver rejected the access token: the loop stopped.
+    pub token_rejected: bool,
+    /// The rejection was a soft logout.
+    pub soft_logout: bool,
+}
+
+/// What an identity's sync loop could not hand to the model, counted since the
+/// start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct SkippedReport {
+    /// Invites whose state could not be read.
+    pub unreadable_invites: u64,
+    /// How often matrix-sdk's decryption reports were missed.
+    pub missed_decryption_reports: u64,
+}
+
+/// The engine: `inputs`, `handle_us` and `persist_us` are the whole server's counters
+/// since it started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct EngineReport {
+    /// Whether it answered within a second.
+    pub keeps_up: bool,
+    /// How long its answer waited behind queued inputs; `null` when it did not
+    /// answer within two seconds.
+    pub lag_ms: Option<u64>,
+    /// Inputs handed to the model.
+    pub inputs: u64,
+    /// Microseconds in the model's transitions.
+    pub handle_us: u64,
+    /// Microseconds making inputs or state durable.
+    pub persist_us: u64,
+}
+
+/// The [`IdentityReport`] of the identity `name` at `now`.
 pub fn identity_report(
     name: &str,
     status: &SyncStatus,
     engine: &EngineProbe,
     now: Instant,
-) -> Value {
+) -> IdentityReport {
     let age = |at: Instant| millis(now.saturating_duration_since(at));
     let (token_rejected, soft_logout) = match status.state {
         SyncState::TokenRejected { soft_logout } => (true, soft_logout),
         _ => (false, false),
     };
     let ok = status.can_sync(now) && engine.lag.is_some();
-    json!({
-        "name": name,
-        "status": status_word(ok),
-        "sync": {
-            "state": status.state.as_str(),
-            "homeserver_answers": status.homeserver_answers,
-            "last_sync_age_ms": status.last_sync_ok.map(age),
-            "last_error": status.last_error.as_ref().map(|(e, _)| e),
-            "last_error_age_ms": status.last_error.as_ref().map(|(_, at)| age(*at)),
-            "token_rejected": token_rejected,
-            "soft_logout": soft_logout,
+    IdentityReport {
+        name: name.to_owned(),
+        status: status_word(ok),
+        sync: SyncReport {
+            state: status.state.as_str(),
+            homeserver_answers: status.homeserver_answers,
+            last_sync_age_ms: status.last_sync_ok.map(age),
+            last_error: status.last_error.as_ref().map(|(e, _)| e.clone()),
+            last_error_age_ms: status.last_error.as_ref().map(|(_, at)| age(*at)),
+            token_rejected,
+            soft_logout,
         },
-        "undecryptable_backlog": engine.undecryptable,
-        "skipped": {
-            "unreadable_invites": status.skipped.unreadable_invites,
-            "missed_decryption_reports": status.skipped.missed_decryption_reports,
+        undecryptable_backlog: engine.undecryptable,
+        skipped: SkippedReport {
+            unreadable_invites: status.skipped.unreadable_invites,
+            missed_decryption_reports: status.skipped.missed_decryption_reports,
         },
-        "engine": {
-            "keeps_up": engine.keeps_up(),
-            "lag_ms": engine.lag.map(millis),
-            "inputs": engine.stats.inputs,
-            "handle_us": engine.stats.handle_us,
-            "persist_us": engine.stats.persist_us,
+        engine: EngineReport {
+            keeps_up: engine.keeps_up(),
+            lag_ms: engine.lag.map(millis),
+            inputs: engine.stats.inputs,
+            handle_us: engine.stats.handle_us,
+            persist_us: engine.stats.persist_us,
         },
-    })
+    }
 }
 
 /// The body of `GET /health`: `{"status": "ok" | "degraded"}`; when degraded,
@@ -343,7 +405,7 @@ pub fn identity_report(
 /// each with [`degraded_why`]; no error text) when there are any, and
 /// `"engine_answers": false` when the engine did not answer; plus `"identity": {…}`
 /// ([`identity_report`]) when the request carried a token of that identity.
-pub fn report(summary: &Summary, identity: Option<Value>) -> Value {
+pub fn report(summary: &Summary, identity: Option<IdentityReport>) -> Value {
     let mut body = json!({ "status": status_word(summary.ok()) });
     if !summary.degraded.is_empty() {
         body["degraded_identities"] = json!(summary.degraded);
@@ -352,7 +414,7 @@ pub fn report(summary: &Summary, identity: Option<Value>) -> Value {
         body["engine_answers"] = json!(false);
     }
     if let Some(identity) = identity {
-        body["identity"] = identity;
+        body["identity"] = json!(identity);
     }
     body
 }
@@ -400,7 +462,7 @@ mod tests {
         health.synced();
         let status = health.snapshot();
         let now = Instant::now();
-        let value = identity_report("bot", &status, &engine(Some(4)), now);
+        let value = json!(identity_report("bot", &status, &engine(Some(4)), now));
         let sync = &value["sync"];
         assert_eq!(value["name"], "bot");
         assert_eq!(value["status"], "ok");
@@ -418,7 +480,10 @@ mod tests {
         );
         let fine = summarize([("bot", &status)], &engine(Some(4)), now);
         assert_eq!(
-            report(&fine, Some(value.clone())),
+            report(
+                &fine,
+                Some(identity_report("bot", &status, &engine(Some(4)), now))
+            ),
             json!({"status": "ok", "identity": value})
         );
         let stuck = summarize([("bot", &status)], &engine(None), now);
@@ -477,7 +542,12 @@ mod tests {
     fn skipped_invites_and_missed_decryption_reports_are_counted_in_the_details() {
         let health = SyncHealth::default();
         health.synced();
-        let value = identity_report("bot", &health.snapshot(), &engine(Some(1)), Instant::now());
+        let value = json!(identity_report(
+            "bot",
+            &health.snapshot(),
+            &engine(Some(1)),
+            Instant::now()
+        ));
         assert_eq!(
             value["skipped"],
             json!({"unreadable_invites": 0, "missed_decryption_reports": 0}),
@@ -488,7 +558,12 @@ mod tests {
         health.decryption_reports_missed();
         health.decryption_reports_missed();
         health.decryption_reports_missed();
-        let value = identity_report("bot", &health.snapshot(), &engine(Some(1)), Instant::now());
+        let value = json!(identity_report(
+            "bot",
+            &health.snapshot(),
+            &engine(Some(1)),
+            Instant::now()
+        ));
         assert_eq!(
             value["skipped"],
             json!({"unreadable_invites": 2, "missed_decryption_reports": 3}),
@@ -503,7 +578,12 @@ mod tests {
         let now = Instant::now();
         let rejected = SyncHealth::default();
         rejected.token_rejected(false, "M_UNKNOWN_TOKEN: Unknown access token".into());
-        let value = identity_report("bot", &rejected.snapshot(), &engine(Some(1)), now);
+        let value = json!(identity_report(
+            "bot",
+            &rejected.snapshot(),
+            &engine(Some(1)),
+            now
+        ));
         assert_eq!(value["status"], "degraded");
         assert_eq!(value["sync"]["state"], "token_rejected");
         assert_eq!(value["sync"]["token_rejected"], true);
@@ -512,7 +592,12 @@ mod tests {
         let down = SyncHealth::default();
         down.synced();
         down.failed(false, "connection refused".into());
-        let value = identity_report("bot", &down.snapshot(), &engine(Some(1)), now);
+        let value = json!(identity_report(
+            "bot",
+            &down.snapshot(),
+            &engine(Some(1)),
+            now
+        ));
         assert_eq!(value["status"], "degraded");
         assert_eq!(value["sync"]["homeserver_answers"], false);
         assert_eq!(value["sync"]["state"], "retrying");
@@ -531,7 +616,7 @@ mod tests {
         .ok());
         let stuck = engine(None);
         assert!(!summarize([("bot", &snapshot)], &stuck, now).ok());
-        let value = identity_report("bot", &snapshot, &stuck, now);
+        let value = json!(identity_report("bot", &snapshot, &stuck, now));
         assert_eq!(value["status"], "degraded");
         assert_eq!(
             value["engine"],

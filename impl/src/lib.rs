@@ -1,7 +1,7 @@
 #![recursion_limit = "256"]
 //! matrix-channel server.
 // The pure modules live in `impl/adapters/` (crate `mc_adapters`, see AGENTS.md).
-pub use mc_adapters::{config, decode, split, summary};
+pub use mc_adapters::{config, decode, fit, split, summary};
 pub mod crypto;
 pub mod engine;
 pub mod health;

@@ -304,7 +304,9 @@ pub fn decode_timeline_event(
         }),
         "m.reaction" => match serde_json::from_str::<SyncReactionEvent>(raw_json) {
             // ruma does not check the `rel_type` tag of an annotation.
-            Ok(SyncReactionEvent::Original(_)) if !is_annotation(raw_json) => {
+            Ok(SyncReactionEvent::Original(_))
+                if !relates_to(raw_json).is_some_and(|r| r.is("m.annotation")) =>
+            {
                 envelope.ignored(IgnoreReason::Malformed(
                     "an m.reaction whose rel_type is not m.annotation".to_owned(),
                 ))
@@ -371,24 +373,73 @@ pub fn decode_timeline_event(
     Ok(decoded)
 }
 
-/// Whether `content.m.relates_to.rel_type` is `m.annotation`
-/// (<https://spec.matrix.org/v1.16/client-server-api/#mannotation-relationship-type>).
-fn is_annotation(raw_json: &str) -> bool {
-    #[derive(Deserialize)]
-    struct Event {
-        content: Content,
+/// What an event's `content.m.relates_to` says, for any event type (an
+/// `m.room.message`, an `m.reaction`, a sticker, an event decrypted by matrix-sdk),
+/// read from the event's JSON as the homeserver serves it
+/// ([Client-Server API, "Forming relationships between events"](https://spec.matrix.org/v1.16/client-server-api/#forming-relationships-between-events)).
+/// The one reader of relations outside ruma's per-type contents: the decoder, the
+/// read tools' summaries, the reactions a tool lists and the thread a reply joins
+/// all read them here. Each field is read on its own: one of another JSON type
+/// reads as absent and leaves the others as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RelatesTo {
+    /// `rel_type`: `m.thread`, `m.replace`, `m.annotation`, `m.reference` or
+    /// another; `None` for a rich reply outside a thread.
+    pub rel_type: Option<String>,
+    /// `event_id`: the event related to (a thread's root, the original of an edit,
+    /// the event an annotation is on).
+    pub event_id: Option<String>,
+    /// `key`: an `m.annotation`'s key (a reaction's emoji, as sent).
+    pub key: Option<String>,
+    /// `m.in_reply_to.event_id`: the event replied to (in a thread, the fallback's
+    /// target when `is_falling_back`).
+    pub in_reply_to: Option<String>,
+    /// `is_falling_back`: the thread message's `m.in_reply_to` is only the fallback
+    /// for clients without threads, not a reply.
+    pub is_falling_back: bool,
+}
+
+impl RelatesTo {
+    /// The `content.m.relates_to` of `event` (an event's JSON), or `None` when it
+    /// has none (or it is not a JSON object).
+    pub fn of(event: &serde_json::Value) -> Option<RelatesTo> {
+        use serde_json::Value;
+        let relation = event.get("content")?.get("m.relates_to")?.as_object()?;
+        let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
+        Some(RelatesTo {
+            rel_type: text(relation.get("rel_type")),
+            event_id: text(relation.get("event_id")),
+            key: text(relation.get("key")),
+            in_reply_to: text(
+                relation
+                    .get("m.in_reply_to")
+                    .and_then(|r| r.get("event_id")),
+            ),
+            is_falling_back: relation.get("is_falling_back") == Some(&Value::Bool(true)),
+        })
     }
-    #[derive(Deserialize)]
-    struct Content {
-        #[serde(rename = "m.relates_to")]
-        relates_to: RelatesTo,
+
+    /// Whether `rel_type` is `rel_type`.
+    pub fn is(&self, rel_type: &str) -> bool {
+        self.rel_type.as_deref() == Some(rel_type)
     }
-    #[derive(Deserialize)]
-    struct RelatesTo {
-        rel_type: String,
+
+    /// The root of the thread the event is in: the `event_id` of an `m.thread`
+    /// relation.
+    pub fn thread_root(&self) -> Option<&str> {
+        self.event_id.as_deref().filter(|_| self.is("m.thread"))
     }
-    serde_json::from_str::<Event>(raw_json)
-        .is_ok_and(|e| e.content.relates_to.rel_type == "m.annotation")
+
+    /// The key of an `m.annotation` relation.
+    pub fn annotation_key(&self) -> Option<&str> {
+        self.key.as_deref().filter(|_| self.is("m.annotation"))
+    }
+}
+
+/// The [`RelatesTo`] of the event `raw_json`, or `None` when the event has none or
+/// is not JSON.
+pub fn relates_to(raw_json: &str) -> Option<RelatesTo> {
+    RelatesTo::of(&serde_json::from_str(raw_json).ok()?)
 }
 
 /// The content of an `m.room.message` event, or `None` when it was redacted or is
@@ -1000,6 +1051,90 @@ mod tests {
                 device: mc_model::DeviceTrust::PlaintextRoom,
             })
         );
+    }
+
+    const ROOT: &str = "$Qaa3BP1NCNqXyOT-NwK02fMrLJGdcLlnKj5eS5bBK1I";
+
+    #[test]
+    fn the_relation_of_an_event_is_read_whatever_its_type() {
+        let annotation = relates_to(REACTION).unwrap();
+        assert_eq!(
+            annotation,
+            RelatesTo {
+                rel_type: Some("m.annotation".into()),
+                event_id: Some(ROOT.into()),
+                key: Some("👍️".into()),
+                in_reply_to: None,
+                is_falling_back: false,
+            }
+        );
+        assert_eq!(
+            (annotation.annotation_key(), annotation.thread_root()),
+            (Some("👍️"), None)
+        );
+        let fallback = relates_to(THREAD_FALLING_BACK).unwrap();
+        assert_eq!(
+            fallback,
+            RelatesTo {
+                rel_type: Some("m.thread".into()),
+                event_id: Some(ROOT.into()),
+                key: None,
+                in_reply_to: Some(ROOT.into()),
+                is_falling_back: true,
+            }
+        );
+        assert_eq!(
+            (fallback.thread_root(), fallback.annotation_key()),
+            (Some(ROOT), None)
+        );
+        assert!(!relates_to(THREAD_REPLY).unwrap().is_falling_back);
+        let reply = relates_to(REPLY).unwrap();
+        assert_eq!(
+            reply,
+            RelatesTo {
+                in_reply_to: Some(ROOT.into()),
+                ..RelatesTo::default()
+            }
+        );
+        assert!(!reply.is("m.thread"));
+        // A sticker in a thread: no ruma content type of the decoder reads it.
+        let sticker = edited(THREAD_FALLING_BACK, |v| v["type"] = json!("m.sticker"));
+        assert_eq!(relates_to(&sticker).unwrap().thread_root(), Some(ROOT));
+    }
+
+    #[test]
+    fn an_event_without_a_relation_object_has_none_and_a_field_of_another_type_reads_as_absent() {
+        assert_eq!(relates_to(TEXT), None);
+        assert_eq!(relates_to("not json"), None);
+        assert_eq!(relates_to("[1]"), None);
+        let string = edited(REACTION, |v| {
+            v["content"]["m.relates_to"] = json!("m.annotation")
+        });
+        assert_eq!(relates_to(&string), None);
+        let mistyped = edited(THREAD_FALLING_BACK, |v| {
+            let relation = &mut v["content"]["m.relates_to"];
+            relation["rel_type"] = json!(["m.thread"]);
+            relation["is_falling_back"] = json!("true");
+            relation["m.in_reply_to"] = json!(ROOT);
+            relation["key"] = json!(5);
+        });
+        assert_eq!(
+            relates_to(&mistyped).unwrap(),
+            RelatesTo {
+                event_id: Some(ROOT.into()),
+                ..RelatesTo::default()
+            }
+        );
+        // A thread's root and an annotation's key need their rel_type.
+        let other = edited(REACTION, |v| {
+            v["content"]["m.relates_to"]["rel_type"] = json!("m.reference");
+        });
+        let other = relates_to(&other).unwrap();
+        assert_eq!((other.annotation_key(), other.thread_root()), (None, None));
+        let keyless = edited(REACTION, |v| {
+            v["content"]["m.relates_to"]["rel_type"] = json!("m.thread");
+        });
+        assert_eq!(relates_to(&keyless).unwrap().thread_root(), Some(ROOT));
     }
 
     #[test]

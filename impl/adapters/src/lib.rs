@@ -1,7 +1,8 @@
 //! The pure parts of the matrix-channel server, in a crate of their own so that
 //! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
-//! config file and its validation (`config`), long messages into parts (`split`),
-//! what the read tools return for an event (`summary`), the Host and Origin guard
+//! config file and its validation (`config`), long messages into parts (`split`) whose
+//! content fits an event (`fit`), what the read tools return for an event
+//! (`summary`), the Host and Origin guard
 //! (`origin`), what a POST body is before the MCP library reads it (`jsonrpc`),
 //! what the sync loop does about a timeline's gap (`gap`), the params of the
 //! notifications a session gets (`params`), and what a write to Matrix decides
@@ -11,6 +12,7 @@
 //! `mc_server::write` what it uses of `write_rule`.
 pub mod config;
 pub mod decode;
+pub mod fit;
 pub mod gap;
 pub mod jsonrpc;
 pub mod origin;

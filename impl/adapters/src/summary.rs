@@ -1,14 +1,22 @@
-//! What the read tools return for one Matrix event: a flat JSON summary of the raw
-//! event, with its relations, read from the event's JSON as the homeserver serves it
-//! ([Client-Server API, "Forming relationships between events"]).
+//! What the read tools return for one Matrix event: a flat summary of the raw event
+//! ([`EventSummary`]), with its relations, read from the event's JSON as the
+//! homeserver serves it ([Client-Server API, "Forming relationships between
+//! events"]); an event's reactions counted by key, and one reaction as
+//! `get_reactions` lists it ([`ReactionSummary`]). The types derive their JSON
+//! Schema: it is what the tools' `outputSchema` says of them.
 //!
 //! [Client-Server API, "Forming relationships between events"]: https://spec.matrix.org/v1.16/client-server-api/#forming-relationships-between-events
 
+use crate::decode::RelatesTo;
 use ruma::events::room::message::MessageType;
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
-/// How the event reached us, as matrix-sdk reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the event reached the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Decryption {
     /// Sent in clear.
     Plaintext,
@@ -18,14 +26,79 @@ pub enum Decryption {
     UnableToDecrypt,
 }
 
-impl Decryption {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decryption::Plaintext => "plaintext",
-            Decryption::Decrypted => "decrypted",
-            Decryption::UnableToDecrypt => "unable_to_decrypt",
-        }
-    }
+/// One event: its envelope, how it was read, its relations, and what a person sees
+/// of its content. A field that is absent does not apply to the event; one that is
+/// `null` applies, but the event did not carry it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct EventSummary {
+    /// The event's id (`$…`).
+    pub event_id: Option<String>,
+    /// The event type (`m.room.message`, `m.reaction`, `m.room.redaction`, …).
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    /// The sender's MXID.
+    pub sender: String,
+    /// Whether the sender passes the identity's sender gate.
+    pub sender_allowed: bool,
+    /// `origin_server_ts`: milliseconds since the Unix epoch.
+    pub ts: Option<u64>,
+    /// How the event reached the server.
+    pub decryption: Decryption,
+    /// Whether the event was redacted (its content is gone).
+    pub redacted: bool,
+    /// A state event's `state_key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_key: Option<String>,
+    /// An `m.room.message`'s `msgtype` (of the new content, for an edit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msgtype: Option<String>,
+    /// The text (an edit's `m.new_content` body).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// The HTML (`format` `org.matrix.custom.html`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formatted_body: Option<String>,
+    /// The file of an `m.image`, `m.file`, `m.audio` or `m.video`
+    /// (`download_attachment` fetches it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attachment: Option<AttachmentSummary>,
+    /// The event this one replies to (a rich reply, or a reply within a thread).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    /// An edit (`m.replace`): the event it edits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit_of: Option<Option<String>>,
+    /// A thread message (`m.thread`): the thread's root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_root: Option<Option<String>>,
+    /// An annotation (`m.annotation`, a reaction): its key, as sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reaction_key: Option<Option<String>>,
+    /// An annotation: the event it is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reacted_to: Option<Option<String>>,
+    /// An `m.room.redaction`: the event it redacts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redacts: Option<Option<String>>,
+    /// A message's reactions, `{key: count}`, read with it; `null` when they could
+    /// not be read.
+    // `summarize` leaves it out: the read tools fill it in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reactions: Option<Option<BTreeMap<String, u64>>>,
+}
+
+/// The file an event carries: its name and the facts of its `info`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct AttachmentSummary {
+    /// `filename`, or the `body` when there is none.
+    pub filename: String,
+    /// `info.size`, in bytes.
+    pub size: Option<u64>,
+    /// `info.mimetype`.
+    pub mimetype: Option<String>,
+    /// Whether the media is encrypted (a `file` rather than a `url`: Client-Server
+    /// API, "Sending encrypted attachments"); `download_attachment` decrypts it.
+    pub encrypted: bool,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -36,135 +109,130 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     v.as_str()
 }
 
+fn owned(s: Option<&str>) -> Option<String> {
+    s.map(str::to_owned)
+}
+
 /// Summarises one event (`raw`: the event JSON; `decryption`: how it was read;
 /// `allowed`: whether the sender passes the identity's sender gate).
 ///
-/// Shape: `{event_id, type, sender, sender_allowed, ts (ms), decryption, redacted,
-/// msgtype?, body?, formatted_body?, attachment?, reply_to?, edit_of?, thread_root?,
-/// reaction_key?, reacted_to?, redacts?, state_key?}`. `body` of an edit is its
-/// `m.new_content` body. `attachment` (an `m.image`, `m.file`, `m.audio` or
-/// `m.video`) is `{filename, size (bytes) or null, mimetype or null, encrypted}`:
-/// the facts of `info` as [`crate::decode`] reads them, and `encrypted` true when the
-/// media is an encrypted `file` rather than a `url` (Client-Server API, "Sending
-/// encrypted attachments"; `download_attachment` decrypts it). Returns `None` when
-/// `raw` is not a JSON object.
+/// Relations are read with [`RelatesTo`] (Client-Server API, "Forming relationships
+/// between events"): `edit_of`, `thread_root`, `reaction_key` with `reacted_to` are
+/// set for an `m.replace`, `m.thread` and `m.annotation` relation (`null` when it
+/// names no event or key); `reply_to` for an `m.in_reply_to`, except a thread's
+/// fallback. `body` of an edit is its `m.new_content` body. `redacts` is set for an
+/// `m.room.redaction` (`content.redacts`, or the top-level `redacts` before room
+/// version 11). Returns `None` when `raw` is not a JSON object.
 pub fn summarize(
     raw: &str,
     decryption: Decryption,
     allowed: &dyn Fn(&str) -> bool,
-) -> Option<Value> {
+) -> Option<EventSummary> {
     let v: Value = serde_json::from_str(raw).ok()?;
     let obj = v.as_object()?;
-    let mut out = Map::new();
     let sender = str_at(&v, &["sender"]).unwrap_or_default();
-    out.insert("event_id".into(), json!(str_at(&v, &["event_id"])));
-    out.insert("type".into(), json!(str_at(&v, &["type"])));
-    out.insert("sender".into(), json!(sender));
-    out.insert("sender_allowed".into(), json!(allowed(sender)));
-    out.insert(
-        "ts".into(),
-        obj.get("origin_server_ts").cloned().unwrap_or(Value::Null),
-    );
-    out.insert("decryption".into(), json!(decryption.as_str()));
-    let redacted = v
-        .get("unsigned")
-        .and_then(|u| u.get("redacted_because"))
-        .is_some();
-    out.insert("redacted".into(), json!(redacted));
-    if let Some(key) = str_at(&v, &["state_key"]) {
-        out.insert("state_key".into(), json!(key));
-    }
+    let event_type = str_at(&v, &["type"]);
+    let relation = RelatesTo::of(&v).unwrap_or_default();
+    let related =
+        |rel_type: &str, field: &Option<String>| relation.is(rel_type).then(|| field.clone());
     let content = v.get("content").cloned().unwrap_or(Value::Null);
-    let relates = content.get("m.relates_to");
-    let rel_type = relates.and_then(|r| str_at(r, &["rel_type"]));
-    let in_reply_to = relates.and_then(|r| str_at(r, &["m.in_reply_to", "event_id"]));
-    let falling_back = relates
-        .and_then(|r| r.get("is_falling_back"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    match rel_type {
-        Some("m.replace") => {
-            out.insert(
-                "edit_of".into(),
-                json!(relates.and_then(|r| str_at(r, &["event_id"]))),
-            );
-        }
-        Some("m.thread") => {
-            out.insert(
-                "thread_root".into(),
-                json!(relates.and_then(|r| str_at(r, &["event_id"]))),
-            );
-        }
-        Some("m.annotation") => {
-            out.insert(
-                "reaction_key".into(),
-                json!(relates.and_then(|r| str_at(r, &["key"]))),
-            );
-            out.insert(
-                "reacted_to".into(),
-                json!(relates.and_then(|r| str_at(r, &["event_id"]))),
-            );
-        }
-        _ => {}
-    }
-    if let Some(target) = in_reply_to {
-        if !(rel_type == Some("m.thread") && falling_back) {
-            out.insert("reply_to".into(), json!(target));
-        }
-    }
-    let shown = match rel_type {
-        Some("m.replace") => content
-            .get("m.new_content")
-            .cloned()
-            .unwrap_or(content.clone()),
-        _ => content.clone(),
+    let shown = if relation.is("m.replace") {
+        content.get("m.new_content").cloned().unwrap_or(content)
+    } else {
+        content
     };
-    if let Some(msgtype) = str_at(&shown, &["msgtype"]) {
-        out.insert("msgtype".into(), json!(msgtype));
-    }
-    if let Some(body) = str_at(&shown, &["body"]) {
-        out.insert("body".into(), json!(body));
-    }
-    if str_at(&shown, &["format"]) == Some("org.matrix.custom.html") {
-        if let Some(html) = str_at(&shown, &["formatted_body"]) {
-            out.insert("formatted_body".into(), json!(html));
-        }
-    }
     let file = serde_json::from_value::<MessageType>(shown.clone()).ok();
-    if let Some(file) = file.as_ref().and_then(crate::decode::attachment) {
-        out.insert(
-            "attachment".into(),
-            json!({
-                "filename": file.filename,
-                "size": file.size,
-                "mimetype": file.mimetype,
-                "encrypted": shown.get("file").is_some(),
+    Some(EventSummary {
+        event_id: owned(str_at(&v, &["event_id"])),
+        event_type: owned(event_type),
+        sender: sender.to_owned(),
+        sender_allowed: allowed(sender),
+        ts: obj.get("origin_server_ts").and_then(Value::as_u64),
+        decryption,
+        redacted: v
+            .get("unsigned")
+            .and_then(|u| u.get("redacted_because"))
+            .is_some(),
+        state_key: owned(str_at(&v, &["state_key"])),
+        msgtype: owned(str_at(&shown, &["msgtype"])),
+        body: owned(str_at(&shown, &["body"])),
+        formatted_body: owned(str_at(&shown, &["formatted_body"]))
+            .filter(|_| str_at(&shown, &["format"]) == Some("org.matrix.custom.html")),
+        attachment: file
+            .as_ref()
+            .and_then(crate::decode::attachment)
+            .map(|file| AttachmentSummary {
+                filename: file.filename,
+                size: file.size,
+                mimetype: file.mimetype,
+                encrypted: shown.get("file").is_some(),
             }),
-        );
-    }
-    let redacts = str_at(&v, &["content", "redacts"]).or_else(|| str_at(&v, &["redacts"]));
-    if str_at(&v, &["type"]) == Some("m.room.redaction") {
-        out.insert("redacts".into(), json!(redacts));
-    }
-    Some(Value::Object(out))
+        reply_to: relation
+            .in_reply_to
+            .clone()
+            .filter(|_| !(relation.is("m.thread") && relation.is_falling_back)),
+        edit_of: related("m.replace", &relation.event_id),
+        thread_root: related("m.thread", &relation.event_id),
+        reaction_key: related("m.annotation", &relation.key),
+        reacted_to: related("m.annotation", &relation.event_id),
+        redacts: (event_type == Some("m.room.redaction")).then(|| {
+            owned(str_at(&v, &["content", "redacts"]).or_else(|| str_at(&v, &["redacts"])))
+        }),
+        reactions: None,
+    })
 }
 
-/// Reactions summary of one event: `{key: count}` from annotation events' JSON.
-pub fn reaction_counts<'a>(annotations: impl IntoIterator<Item = &'a str>) -> Value {
-    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+/// Reactions summary of one event: `{key: count}` from annotation events' JSON
+/// (an event that is not an `m.annotation` with a key is not counted).
+pub fn reaction_counts<'a>(
+    annotations: impl IntoIterator<Item = &'a str>,
+) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::<String, u64>::new();
     for raw in annotations {
-        if let Ok(v) = serde_json::from_str::<Value>(raw) {
-            if let Some(key) = str_at(&v, &["content", "m.relates_to", "key"]) {
-                *counts.entry(key.to_string()).or_default() += 1;
-            }
+        if let Some(key) = crate::decode::relates_to(raw)
+            .as_ref()
+            .and_then(RelatesTo::annotation_key)
+        {
+            *counts.entry(key.to_string()).or_default() += 1;
         }
     }
-    json!(counts)
+    counts
+}
+
+/// One reaction as `get_reactions` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ReactionSummary {
+    /// The reaction's own event id.
+    pub event_id: String,
+    /// Who reacted (an MXID).
+    pub sender: String,
+    /// The annotation's key, as sent (raw: with any variation selector).
+    pub key: String,
+    /// `origin_server_ts`: milliseconds since the Unix epoch.
+    pub ts: u64,
+}
+
+/// The [`ReactionSummary`] of an annotation event's JSON; `None` when it is not an
+/// `m.annotation` with a key, or lacks its event id, sender or timestamp.
+pub fn reaction(raw: &str) -> Option<ReactionSummary> {
+    let v: Value = serde_json::from_str(raw).ok()?;
+    Some(ReactionSummary {
+        event_id: str_at(&v, &["event_id"])?.to_owned(),
+        sender: str_at(&v, &["sender"])?.to_owned(),
+        key: RelatesTo::of(&v)?.annotation_key()?.to_owned(),
+        ts: v.get("origin_server_ts")?.as_u64()?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// [`summarize`], as the JSON a tool returns.
+    fn summary(raw: &str, decryption: Decryption, allowed: &dyn Fn(&str) -> bool) -> Option<Value> {
+        summarize(raw, decryption, allowed).map(|s| serde_json::to_value(s).unwrap())
+    }
 
     fn all(_: &str) -> bool {
         true
@@ -174,14 +242,14 @@ mod tests {
     fn a_plain_message_is_summarised_with_its_body_and_sender_gate() {
         let raw = r#"{"type":"m.room.message","event_id":"$a","sender":"@h:x","origin_server_ts":5,
             "content":{"msgtype":"m.text","body":"hi","format":"org.matrix.custom.html","formatted_body":"<b>hi</b>"}}"#;
-        let s = summarize(raw, Decryption::Plaintext, &|u| u == "@h:x").unwrap();
+        let s = summary(raw, Decryption::Plaintext, &|u| u == "@h:x").unwrap();
         assert_eq!(
             s,
             json!({"event_id":"$a","type":"m.room.message","sender":"@h:x","sender_allowed":true,
                    "ts":5,"decryption":"plaintext","redacted":false,"msgtype":"m.text","body":"hi",
                    "formatted_body":"<b>hi</b>"})
         );
-        let s = summarize(raw, Decryption::Decrypted, &|_| false).unwrap();
+        let s = summary(raw, Decryption::Decrypted, &|_| false).unwrap();
         assert_eq!(s["sender_allowed"], json!(false));
         assert_eq!(s["decryption"], json!("decrypted"));
     }
@@ -191,7 +259,7 @@ mod tests {
         let raw = r#"{"type":"m.room.message","event_id":"$e","sender":"@h:x","origin_server_ts":1,
             "content":{"msgtype":"m.text","body":"* new","m.new_content":{"msgtype":"m.text","body":"new"},
             "m.relates_to":{"rel_type":"m.replace","event_id":"$o"}}}"#;
-        let s = summarize(raw, Decryption::Plaintext, &all).unwrap();
+        let s = summary(raw, Decryption::Plaintext, &all).unwrap();
         assert_eq!(s["edit_of"], json!("$o"));
         assert_eq!(s["body"], json!("new"));
         assert!(s.get("reply_to").is_none());
@@ -202,19 +270,19 @@ mod tests {
         let fallback = r#"{"type":"m.room.message","event_id":"$t","sender":"@h:x","origin_server_ts":1,
             "content":{"msgtype":"m.text","body":"t","m.relates_to":{"rel_type":"m.thread","event_id":"$r",
             "is_falling_back":true,"m.in_reply_to":{"event_id":"$r"}}}}"#;
-        let s = summarize(fallback, Decryption::Plaintext, &all).unwrap();
+        let s = summary(fallback, Decryption::Plaintext, &all).unwrap();
         assert_eq!(s["thread_root"], json!("$r"));
         assert!(s.get("reply_to").is_none());
         let reply = fallback.replace("true", "false").replace(
             r#""m.in_reply_to":{"event_id":"$r"}"#,
             r#""m.in_reply_to":{"event_id":"$p"}"#,
         );
-        let s = summarize(&reply, Decryption::Plaintext, &all).unwrap();
+        let s = summary(&reply, Decryption::Plaintext, &all).unwrap();
         assert_eq!(s["reply_to"], json!("$p"));
         let rich = r#"{"type":"m.room.message","event_id":"$q","sender":"@h:x","origin_server_ts":1,
             "content":{"msgtype":"m.text","body":"q","m.relates_to":{"m.in_reply_to":{"event_id":"$p"}}}}"#;
         assert_eq!(
-            summarize(rich, Decryption::Plaintext, &all).unwrap()["reply_to"],
+            summary(rich, Decryption::Plaintext, &all).unwrap()["reply_to"],
             json!("$p")
         );
     }
@@ -223,7 +291,7 @@ mod tests {
     fn reactions_redactions_and_redacted_events_are_marked() {
         let reaction = r#"{"type":"m.reaction","event_id":"$x","sender":"@h:x","origin_server_ts":1,
             "content":{"m.relates_to":{"rel_type":"m.annotation","event_id":"$p","key":"👍"}}}"#;
-        let s = summarize(reaction, Decryption::Plaintext, &all).unwrap();
+        let s = summary(reaction, Decryption::Plaintext, &all).unwrap();
         assert_eq!(
             (s["reaction_key"].clone(), s["reacted_to"].clone()),
             (json!("👍"), json!("$p"))
@@ -231,29 +299,29 @@ mod tests {
         let redaction = r#"{"type":"m.room.redaction","event_id":"$y","sender":"@h:x","origin_server_ts":1,
             "redacts":"$x","content":{}}"#;
         assert_eq!(
-            summarize(redaction, Decryption::Plaintext, &all).unwrap()["redacts"],
+            summary(redaction, Decryption::Plaintext, &all).unwrap()["redacts"],
             json!("$x")
         );
         let redacted = r#"{"type":"m.room.message","event_id":"$z","sender":"@h:x","origin_server_ts":1,
             "content":{},"unsigned":{"redacted_because":{"event_id":"$y"}}}"#;
-        let s = summarize(redacted, Decryption::Plaintext, &all).unwrap();
+        let s = summary(redacted, Decryption::Plaintext, &all).unwrap();
         assert_eq!(s["redacted"], json!(true));
         assert!(s.get("body").is_none());
-        assert!(summarize("[1]", Decryption::Plaintext, &all).is_none());
-        assert!(summarize("not json", Decryption::Plaintext, &all).is_none());
+        assert!(summary("[1]", Decryption::Plaintext, &all).is_none());
+        assert!(summary("not json", Decryption::Plaintext, &all).is_none());
     }
 
     #[test]
     fn an_attachment_in_the_clear_or_encrypted_is_summarised_with_its_facts() {
         let plain = include_str!("../../tests/data/events/file.json");
         let encrypted = include_str!("../../tests/data/events/encrypted_file.json");
-        let s = summarize(plain, Decryption::Plaintext, &all).unwrap();
+        let s = summary(plain, Decryption::Plaintext, &all).unwrap();
         assert_eq!(
             s["attachment"],
             json!({"filename": "build.log", "size": 1024, "mimetype": "text/plain",
                    "encrypted": false})
         );
-        let s = summarize(encrypted, Decryption::Decrypted, &all).unwrap();
+        let s = summary(encrypted, Decryption::Decrypted, &all).unwrap();
         assert_eq!(
             s["attachment"],
             json!({"filename": "secrets.txt", "size": 2048, "mimetype": "text/plain",
@@ -265,16 +333,44 @@ mod tests {
         );
         let text = r#"{"type":"m.room.message","event_id":"$a","sender":"@h:x","origin_server_ts":5,
             "content":{"msgtype":"m.text","body":"hi"}}"#;
-        assert!(summarize(text, Decryption::Plaintext, &all)
+        assert!(summary(text, Decryption::Plaintext, &all)
             .unwrap()
             .get("attachment")
             .is_none());
     }
 
     #[test]
+    fn a_reaction_is_listed_with_its_sender_raw_key_and_ts_or_not_at_all() {
+        let raw = include_str!("../../tests/data/events/reaction.json");
+        assert_eq!(
+            reaction(raw),
+            Some(ReactionSummary {
+                event_id: "$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M".into(),
+                sender: "@bob:localhost".into(),
+                key: "👍️".into(),
+                ts: 1795991839857,
+            })
+        );
+        let mut event: Value = serde_json::from_str(raw).unwrap();
+        event["content"]["m.relates_to"]["rel_type"] = json!("m.reference");
+        assert_eq!(reaction(&event.to_string()), None);
+        for field in ["event_id", "sender", "origin_server_ts", "content"] {
+            let mut event: Value = serde_json::from_str(raw).unwrap();
+            event.as_object_mut().unwrap().remove(field);
+            assert_eq!(reaction(&event.to_string()), None, "without {field}");
+        }
+        assert_eq!(reaction("not json"), None);
+    }
+
+    #[test]
     fn reaction_counts_group_by_raw_key() {
         let a = r#"{"content":{"m.relates_to":{"rel_type":"m.annotation","event_id":"$p","key":"👍"}}}"#;
         let b = r#"{"content":{"m.relates_to":{"rel_type":"m.annotation","event_id":"$p","key":"👎"}}}"#;
-        assert_eq!(reaction_counts([a, a, b, "{}"]), json!({"👍": 2, "👎": 1}));
+        let reference =
+            r#"{"content":{"m.relates_to":{"rel_type":"m.reference","event_id":"$p","key":"👍"}}}"#;
+        assert_eq!(
+            json!(reaction_counts([a, a, b, "{}", reference])),
+            json!({"👍": 2, "👎": 1})
+        );
     }
 }

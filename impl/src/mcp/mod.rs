@@ -25,17 +25,19 @@ use crate::http::{Caller, Mount, Peers};
 use crate::matrix::Identity;
 use crate::write::{refusal, upstream, ToolError, Written};
 use mc_model::{AgentWrite, Gate, IdentityId, Input, PermissionRequest, RequestId, SessionId};
+use metadata::Failure;
 use rmcp::handler::server::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Json;
 #[allow(deprecated)] // MCP logging: SEP-2577 deprecates it after 2025-11-25, our newest.
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolResult, CustomNotification, Implementation, InitializeRequestParams, InitializeResult,
-    ProtocolVersion, ServerCapabilities, ServerConfig,
+    CustomNotification, Implementation, InitializeRequestParams, InitializeResult, ProtocolVersion,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{tool_handler, ErrorData as McpError, ServerHandler};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -129,17 +131,6 @@ pub const CHANNEL_TOOLS: &[&str] = &[
     "download_attachment",
 ];
 
-type ToolResult = Result<CallToolResult, McpError>;
-
-fn done(result: Result<Value, ToolError>) -> ToolResult {
-    match result {
-        Ok(value) => Ok(CallToolResult::structured(value)),
-        Err(e) => Ok(CallToolResult::structured_error(
-            json!({"error": {"kind": e.kind(), "message": e.message()}}),
-        )),
-    }
-}
-
 /// The sender gate of the identity, as the model applies it
 /// ([`mc_model::IdentityConfig::gate`]): whether `sender` is an allowed sender
 /// (approver or not). The read tools report it as `sender_allowed` and `allowed`.
@@ -228,16 +219,17 @@ impl McpServer {
 
     /// The one path every tool takes: the caller's identity (the token's, fixed at
     /// authentication), a tracing span named for the tool, the tool's own body, and
-    /// the error contract of the module docs. A tool is its arguments and `body`.
-    async fn run<'a, F, Fut>(
+    /// the error contract of the module docs. A tool is its arguments and `body`,
+    /// whose result type `T` is the tool's output schema ([`metadata`]).
+    async fn run<'a, T, F, Fut>(
         &'a self,
         parts: &http::request::Parts,
         tool: &'static str,
         body: F,
-    ) -> ToolResult
+    ) -> Result<Json<T>, Failure>
     where
         F: FnOnce(&'a Identity) -> Fut,
-        Fut: Future<Output = Result<Value, ToolError>> + 'a,
+        Fut: Future<Output = Result<T, ToolError>> + 'a,
     {
         let identity = self.caller(parts)?;
         let span = tracing::info_span!(
@@ -250,7 +242,7 @@ impl McpServer {
         if let Err(e) = &result {
             tracing::info!(tool, identity = %identity.name, kind = e.kind(), "tool failed: {}", e.message());
         }
-        done(result)
+        Ok(Json(result?))
     }
 
     /// The model round trip of a write: the model refuses it (`forbidden`, with the
@@ -427,26 +419,11 @@ pub fn permission_request(params: Option<Value>) -> Result<PermissionRequest, St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_tool_has_a_title_an_output_schema_and_a_limit_from_1_to_100() {
-        let router = McpServer::read_tools() + McpServer::write_tools();
-        let mut names: Vec<String> = router
-            .list_all()
-            .iter()
-            .map(|t| t.name.to_string())
-            .collect();
-        let mut described: Vec<String> = metadata::described()
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        names.sort();
-        described.sort();
-        assert_eq!(
-            names, described,
-            "the metadata table describes exactly the tools"
-        );
-        let mut router = router;
+        let mut router = McpServer::read_tools() + McpServer::write_tools();
         metadata::describe(&mut router);
         for tool in router.list_all() {
             assert!(

@@ -2,24 +2,27 @@
 //! reactions, members and attachments. None of them writes to Matrix, so none goes
 //! through the model (the source test in `mcp/mod.rs` holds that).
 
-use super::{allowed, McpServer, ToolResult};
+use super::metadata::Failure;
+use super::{allowed, McpServer};
+use crate::health::IdentityReport;
+use crate::http::Mount;
 use crate::matrix::Identity;
-use crate::summary::{self, Decryption};
+use crate::summary::{self, Decryption, EventSummary, ReactionSummary};
 use crate::write::{joined, matrix_error, ToolError};
 use matrix_sdk::deserialized_responses::TimelineEventKind;
 use matrix_sdk::room::{IncludeRelations, MessagesOptions, RelationsOptions};
 use matrix_sdk::ruma::api::Direction;
 use matrix_sdk::ruma::events::relation::RelationType;
+use matrix_sdk::ruma::events::room::member::MembershipState;
 use matrix_sdk::ruma::events::room::message::{MessageType, RoomMessageEventContent};
 use matrix_sdk::ruma::events::room::power_levels::UserPowerLevel;
 use matrix_sdk::ruma::{OwnedEventId, UInt};
 use matrix_sdk::{Room, RoomMemberships};
 use rmcp::handler::server::tool::Extension;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_router};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 pub(super) fn parse_event(event_id: &str) -> Result<OwnedEventId, ToolError> {
     OwnedEventId::try_from(event_id)
@@ -70,13 +73,182 @@ pub struct EventArgs {
     pub event_id: String,
 }
 
+/// `whoami`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct WhoAmI {
+    /// The identity's name (its `[identities.<name>]` table).
+    pub identity: String,
+    /// Its Matrix user (MXID).
+    pub user_id: String,
+    /// Its Matrix device; `null` before the first login completed.
+    pub device_id: Option<String>,
+    /// Its homeserver's URL.
+    pub homeserver: String,
+    /// The mount the session is on.
+    pub mount: MountName,
+    /// The operator's channel settings (read-only).
+    pub channel: ChannelSettings,
+    /// Whether its sync works, its undecryptable backlog and whether the engine
+    /// keeps up, as `GET /health` shows them.
+    pub health: IdentityReport,
+}
+
+/// The mount a session is on: `mcp` (every tool) or `channel` (Claude Code's
+/// channel: pushes, and the tools a channel session needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MountName {
+    Mcp,
+    Channel,
+}
+
+impl From<Mount> for MountName {
+    fn from(mount: Mount) -> Self {
+        match mount {
+            Mount::Tools => MountName::Mcp,
+            Mount::Channel => MountName::Channel,
+        }
+    }
+}
+
+/// The operator's channel settings.
+#[derive(Serialize, JsonSchema)]
+pub struct ChannelSettings {
+    /// Who may talk to the agent (MXIDs).
+    pub allowed_senders: Vec<String>,
+    /// Who may answer permission prompts (MXIDs).
+    pub approvers: Vec<String>,
+    /// Where permission prompts are posted; `null`: the room of the chat.
+    pub permission_room: Option<String>,
+    /// How long a permission prompt waits for a verdict, in seconds.
+    pub prompt_ttl_secs: u64,
+    /// How long approvers' reactions are collected before a verdict, in ms.
+    pub settle_ms: u64,
+    /// How many queued events a session that attaches is replayed at most.
+    pub replay_budget: usize,
+}
+
+/// `list_rooms`' result.
+#[derive(Serialize, JsonSchema)]
+pub struct Rooms {
+    /// The rooms the identity is joined to.
+    pub joined: Vec<RoomSummary>,
+    /// The rooms it is invited to.
+    pub invited: Vec<RoomSummary>,
+}
+
+/// One room.
+#[derive(Serialize, JsonSchema)]
+pub struct RoomSummary {
+    /// The room's id (`!…`).
+    pub room_id: String,
+    /// Its name (`m.room.name`).
+    pub name: Option<String>,
+    /// Its topic (`m.room.topic`).
+    pub topic: Option<String>,
+    /// Whether it is encrypted.
+    pub encrypted: bool,
+    /// Its joined members.
+    pub joined_members: u64,
+}
+
+/// `room_info`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct RoomInfo {
+    /// The room's id (`!…`).
+    pub room_id: String,
+    /// Its name (`m.room.name`).
+    pub name: Option<String>,
+    /// Its topic (`m.room.topic`).
+    pub topic: Option<String>,
+    /// Its canonical alias (`#…`).
+    pub canonical_alias: Option<String>,
+    /// Whether it is encrypted.
+    pub encrypted: bool,
+    /// Its joined members.
+    pub joined_members: u64,
+}
+
+/// A page of events: `read_messages`' and `read_thread`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct Page {
+    /// The events, in the order read.
+    pub events: Vec<EventSummary>,
+    /// The token for the next page (`from`); `null` at the end.
+    pub next: Option<String>,
+}
+
+/// `get_reactions`' result.
+#[derive(Serialize, JsonSchema)]
+pub struct Reactions {
+    /// The event the reactions are on.
+    pub event_id: String,
+    /// Its reactions (`m.annotation`s).
+    pub reactions: Vec<ReactionSummary>,
+}
+
+/// `download_attachment`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct Download {
+    /// The file's name (`filename`, or the event's `body`).
+    pub filename: String,
+    /// Its MIME type, as the event says.
+    pub mimetype: Option<String>,
+    /// Its size in bytes (as downloaded, decrypted).
+    pub size: u64,
+    /// Its bytes, base64 (standard alphabet, padded).
+    #[schemars(extend("contentEncoding" = "base64"))]
+    pub data_base64: String,
+}
+
+/// `room_members`' result.
+#[derive(Serialize, JsonSchema)]
+pub struct Members {
+    /// The joined and invited members.
+    pub members: Vec<Member>,
+}
+
+/// One member of a room.
+#[derive(Serialize, JsonSchema)]
+pub struct Member {
+    /// The member's MXID.
+    pub user_id: String,
+    /// Their display name in the room.
+    pub display_name: Option<String>,
+    /// Joined or invited.
+    pub membership: MemberState,
+    /// Their power level; `null` for a kind of level this server does not know.
+    pub power_level: Option<PowerLevel>,
+    /// Whether they pass the identity's sender gate.
+    pub allowed: bool,
+}
+
+/// A member's membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    Join,
+    Invite,
+}
+
+/// A member's power level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+pub enum PowerLevel {
+    /// A room creator's from room version 12: above every number.
+    #[serde(rename = "infinite")]
+    Infinite,
+    /// A number.
+    #[serde(untagged)]
+    Level(i64),
+}
+
 impl McpServer {
     async fn summarize_with_reactions(
         &self,
         identity: &Identity,
         room: &Room,
         events: Vec<matrix_sdk::deserialized_responses::TimelineEvent>,
-    ) -> Vec<Value> {
+    ) -> Vec<EventSummary> {
         let allowed = allowed(identity);
         let mut out = Vec::with_capacity(events.len());
         for event in events {
@@ -84,12 +256,14 @@ impl McpServer {
             let Some(mut s) = summary::summarize(raw, decryption_of(&event.kind), &allowed) else {
                 continue;
             };
-            if s["type"] == json!("m.room.message") && s["redacted"] == json!(false) {
+            if s.event_type.as_deref() == Some("m.room.message") && !s.redacted {
                 if let Some(id) = event.event_id() {
-                    s["reactions"] = match annotations(room, &id).await {
-                        Ok(list) => summary::reaction_counts(list.iter().map(String::as_str)),
-                        Err(_) => json!(null),
-                    };
+                    s.reactions = Some(
+                        annotations(room, &id)
+                            .await
+                            .ok()
+                            .map(|list| summary::reaction_counts(list.iter().map(String::as_str))),
+                    );
                 }
             }
             out.push(s);
@@ -139,49 +313,58 @@ fn limit(value: Option<u32>, default: u32) -> Result<UInt, ToolError> {
 #[tool_router(router = read_tools, vis = "pub(super)")]
 impl McpServer {
     #[tool(
+        title = "Who this server acts as",
         description = "Who this server acts as: identity, Matrix user and device, the operator's channel settings (read-only), and `health`: whether its sync works (homeserver answers, age of the last sync, last error, rejected token), its undecryptable backlog and whether the engine keeps up, as GET /health shows it.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn whoami(&self, Extension(parts): Extension<http::request::Parts>) -> ToolResult {
+    async fn whoami(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+    ) -> Result<Json<WhoAmI>, Failure> {
         self.run(&parts, "whoami", move |identity| async move {
             let s = &identity.settings;
             let config = s.model_config();
-            let approvers: Vec<&str> = s
+            let approvers: Vec<String> = s
                 .allowed_senders
                 .iter()
-                .map(|u| u.as_str())
-                .filter(|u| config.is_approver(&mc_model::UserId(u.to_string())))
+                .map(|u| u.to_string())
+                .filter(|u| config.is_approver(&mc_model::UserId(u.clone())))
                 .collect();
-            Ok(json!({
-            "identity": identity.name,
-            "user_id": s.user_id,
-            "device_id": identity.client.device_id().map(|d| d.to_string()),
-            "homeserver": s.homeserver,
-            "mount": self.mount.as_str(),
-            "channel": {
-                "allowed_senders": s.allowed_senders,
-                "approvers": approvers,
-                "permission_room": s.permission_room,
-                "prompt_ttl_secs": s.prompt_ttl_secs,
-                "settle_ms": s.settle_ms,
-                "replay_budget": s.replay_budget,
-            },
-            "health": crate::health::identity_report(
-                &identity.name,
-                &identity.health.snapshot(),
-                &crate::health::probe_engine(&self.app.engine, Some(identity.name.clone())).await,
-                std::time::Instant::now(),
-            ),
-            }))
+            Ok(WhoAmI {
+                identity: identity.name.clone(),
+                user_id: s.user_id.to_string(),
+                device_id: identity.client.device_id().map(|d| d.to_string()),
+                homeserver: s.homeserver.clone(),
+                mount: self.mount.into(),
+                channel: ChannelSettings {
+                    allowed_senders: s.allowed_senders.iter().map(|u| u.to_string()).collect(),
+                    approvers,
+                    permission_room: s.permission_room.as_ref().map(|r| r.to_string()),
+                    prompt_ttl_secs: s.prompt_ttl_secs,
+                    settle_ms: s.settle_ms,
+                    replay_budget: s.replay_budget,
+                },
+                health: crate::health::identity_report(
+                    &identity.name,
+                    &identity.health.snapshot(),
+                    &crate::health::probe_engine(&self.app.engine, Some(identity.name.clone()))
+                        .await,
+                    std::time::Instant::now(),
+                ),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "List rooms",
         description = "Rooms the identity is joined to (and invited to): room_id, name, topic, encrypted, joined_members.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
-    async fn list_rooms(&self, Extension(parts): Extension<http::request::Parts>) -> ToolResult {
+    async fn list_rooms(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+    ) -> Result<Json<Rooms>, Failure> {
         self.run(&parts, "list_rooms", move |identity| async move {
             let mut lists = [Vec::new(), Vec::new()];
             for (list, rooms) in lists.iter_mut().zip([
@@ -189,22 +372,23 @@ impl McpServer {
                 identity.client.invited_rooms(),
             ]) {
                 for room in &rooms {
-                    list.push(json!({
-                        "room_id": room.room_id(),
-                        "name": room.name(),
-                        "topic": room.topic(),
-                        "encrypted": room.encryption_state().is_encrypted(),
-                        "joined_members": joined_members(room).await,
-                    }));
+                    list.push(RoomSummary {
+                        room_id: room.room_id().to_string(),
+                        name: room.name(),
+                        topic: room.topic(),
+                        encrypted: room.encryption_state().is_encrypted(),
+                        joined_members: joined_members(room).await,
+                    });
                 }
             }
             let [joined, invited] = lists;
-            Ok(json!({ "joined": joined, "invited": invited }))
+            Ok(Rooms { joined, invited })
         })
         .await
     }
 
     #[tool(
+        title = "Read a room's messages",
         description = "A page of a room's timeline, newest first by default. Each event: event_id, type, sender, sender_allowed, ts, body, attachment {filename, size, mimetype, encrypted} (download it with download_attachment), reply_to, edit_of, thread_root, reactions {key: count}, redacted, decryption. `next` continues the page.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
@@ -212,7 +396,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<ReadMessagesArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Page>, Failure> {
         self.run(&parts, "read_messages", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let mut options = match args.direction.as_deref().unwrap_or("backward") {
@@ -230,12 +414,16 @@ impl McpServer {
             let events = self
                 .summarize_with_reactions(identity, &room, page.chunk)
                 .await;
-            Ok(json!({ "events": events, "next": page.end }))
+            Ok(Page {
+                events,
+                next: page.end,
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Read a thread",
         description = "The events of a thread (m.thread relations of thread_root), with the root first on the first page.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
@@ -243,7 +431,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<ReadThreadArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Page>, Failure> {
         self.run(&parts, "read_thread", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let root = parse_event(&args.thread_root)?;
@@ -265,12 +453,16 @@ impl McpServer {
             }
             events.extend(relations.chunk);
             let events = self.summarize_with_reactions(identity, &room, events).await;
-            Ok(json!({ "events": events, "next": relations.next_batch_token }))
+            Ok(Page {
+                events,
+                next: relations.next_batch_token,
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Get an event's reactions",
         description = "The reactions (annotations) on one event, read fresh from the homeserver: each with event_id, sender, key (raw) and ts. An empty list means none yet; a failed read is an error, never an empty list.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
@@ -278,29 +470,24 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<EventArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Reactions>, Failure> {
         self.run(&parts, "get_reactions", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let event_id = parse_event(&args.event_id)?;
             let list = annotations(&room, &event_id).await.map_err(matrix_error)?;
-            let reactions: Vec<Value> = list
-                .iter()
-                .filter_map(|raw| serde_json::from_str::<Value>(raw).ok())
-                .map(|v| {
-                    json!({
-                        "event_id": v["event_id"],
-                        "sender": v["sender"],
-                        "key": v["content"]["m.relates_to"]["key"],
-                        "ts": v["origin_server_ts"],
-                    })
-                })
-                .collect();
-            Ok(json!({ "event_id": args.event_id, "reactions": reactions }))
+            Ok(Reactions {
+                event_id: args.event_id.clone(),
+                reactions: list
+                    .iter()
+                    .filter_map(|raw| summary::reaction(raw))
+                    .collect(),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Download an attachment",
         description = "Download the file of an m.image/m.file/m.audio/m.video event (decrypted if needed), up to the operator's size cap. Returns filename, mimetype, size and data_base64.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
@@ -308,7 +495,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<EventArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Download>, Failure> {
         use base64::Engine as _;
         use matrix_sdk::media::{MediaFormat, MediaRequestParameters};
         let cap = self.app.max_download_bytes;
@@ -383,17 +570,18 @@ impl McpServer {
                     data.len()
                 )));
             }
-            Ok(json!({
-                "filename": filename,
-                "mimetype": mimetype,
-                "size": data.len(),
-                "data_base64": base64::engine::general_purpose::STANDARD.encode(&data),
-            }))
+            Ok(Download {
+                filename,
+                mimetype,
+                size: data.len() as u64,
+                data_base64: base64::engine::general_purpose::STANDARD.encode(&data),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Room info",
         description = "A joined room's facts: room_id, name, topic, canonical_alias, encrypted, joined_members.",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
@@ -401,22 +589,23 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<RoomArg>,
-    ) -> ToolResult {
+    ) -> Result<Json<RoomInfo>, Failure> {
         self.run(&parts, "room_info", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
-            Ok(json!({
-                "room_id": room.room_id(),
-                "name": room.name(),
-                "topic": room.topic(),
-                "canonical_alias": room.canonical_alias(),
-                "encrypted": room.encryption_state().is_encrypted(),
-                "joined_members": joined_members(&room).await,
-            }))
+            Ok(RoomInfo {
+                room_id: room.room_id().to_string(),
+                name: room.name(),
+                topic: room.topic(),
+                canonical_alias: room.canonical_alias().map(|a| a.to_string()),
+                encrypted: room.encryption_state().is_encrypted(),
+                joined_members: joined_members(&room).await,
+            })
         })
         .await
     }
 
     #[tool(
+        title = "List a room's members",
         description = "Members of a joined room (joined and invited): user_id, display_name, membership, power_level (a number; \"infinite\" for a room's creator from room version 12), allowed (passes the sender gate).",
         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
     )]
@@ -424,7 +613,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<RoomArg>,
-    ) -> ToolResult {
+    ) -> Result<Json<Members>, Failure> {
         self.run(&parts, "room_members", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let members = room
@@ -432,24 +621,30 @@ impl McpServer {
                 .await
                 .map_err(matrix_error)?;
             let allowed = allowed(identity);
-            let list: Vec<Value> = members
+            let members = members
                 .iter()
-                .map(|m| {
-                    json!({
-                        "user_id": m.user_id(),
-                        "display_name": m.display_name(),
-                        "membership": m.membership().to_string(),
-                        "power_level": match m.power_level() {
-                            UserPowerLevel::Int(n) => json!(n),
-                            UserPowerLevel::Infinite => json!("infinite"),
+                .filter_map(|m| {
+                    // Only joined and invited members were asked for.
+                    let membership = match m.membership() {
+                        MembershipState::Join => MemberState::Join,
+                        MembershipState::Invite => MemberState::Invite,
+                        _ => return None,
+                    };
+                    Some(Member {
+                        user_id: m.user_id().to_string(),
+                        display_name: m.display_name().map(str::to_owned),
+                        membership,
+                        power_level: match m.power_level() {
+                            UserPowerLevel::Int(n) => Some(PowerLevel::Level(n.into())),
+                            UserPowerLevel::Infinite => Some(PowerLevel::Infinite),
                             // A level ruma may add later: unknown here.
-                            _ => Value::Null,
+                            _ => None,
                         },
-                        "allowed": allowed(m.user_id().as_str()),
+                        allowed: allowed(m.user_id().as_str()),
                     })
                 })
                 .collect();
-            Ok(json!({ "members": list }))
+            Ok(Members { members })
         })
         .await
     }

@@ -5,63 +5,20 @@
 //! matrix-sdk to send (the source test in `mcp/mod.rs` holds that); `write.rs`
 //! performs what the model let through.
 
+use super::metadata::Failure;
 use super::read_tools::parse_event;
-use super::{McpServer, ToolResult};
-use crate::split;
+use super::McpServer;
+use crate::decode::relates_to;
+use crate::fit::{fit_parts, MAX_CONTENT_BYTES, MAX_ENCRYPTED_CONTENT_BYTES};
 use crate::write::{joined, markdown_text, matrix_error, upstream, ToolError};
-use matrix_sdk::ruma::events::room::message::RoomMessageEventContentWithoutRelation;
 use matrix_sdk::ruma::{OwnedEventId, OwnedUserId, TransactionId};
 use matrix_sdk::Room;
 use mc_model::{AgentWrite, EventId, IdentityId, RoomId, SessionId, UserId};
 use rmcp::handler::server::tool::Extension;
-use rmcp::handler::server::wrapper::Parameters;
+use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::{tool, tool_router};
-use serde::Deserialize;
-use serde_json::{json, Value};
-
-/// The largest `content` of one sent message, in bytes of JSON. Matrix caps a whole
-/// event at 65,536 bytes, envelope, hashes and signatures included (Synapse answers
-/// `413 M_TOO_LARGE`); a few KB are left for those and for a relation.
-pub(super) const MAX_CONTENT_BYTES: usize = 60_000;
-
-/// The same in an encrypted room (or one whose encryption is not known yet): the
-/// ciphertext is base64 (4/3) of the encrypted JSON, plus the megolm fields.
-pub(super) const MAX_ENCRYPTED_CONTENT_BYTES: usize = 42_000;
-
-/// A part is never cut below this size: its content cannot then exceed the budgets.
-const MIN_FIT_BYTES: usize = 1_000;
-
-/// Splits `text` into parts whose content (the Markdown `body` and its HTML
-/// `formatted_body`, as JSON) fits in `budget` bytes. `split::split_body` bounds the
-/// Markdown only, and the HTML of short paragraphs or of escaped characters is
-/// longer than its source: a part whose content is too large is split again at half
-/// the size, until it fits. Deterministic: the same text gives the same parts (the
-/// transaction ids of a retry depend on it).
-pub(super) fn fit_parts(text: &str, budget: usize) -> Vec<String> {
-    let mut todo: Vec<(String, usize)> = split::split_body(text, split::DEFAULT_PART_BYTES)
-        .into_iter()
-        .rev()
-        .map(|part| (part, split::DEFAULT_PART_BYTES))
-        .collect();
-    let mut parts = Vec::new();
-    while let Some((part, size)) = todo.pop() {
-        let content = RoomMessageEventContentWithoutRelation::text_markdown(&part);
-        let bytes = serde_json::to_vec(&content).map_or(usize::MAX, |v| v.len());
-        if bytes <= budget || size <= MIN_FIT_BYTES {
-            parts.push(part);
-            continue;
-        }
-        let half = (size.min(part.len()) / 2).max(MIN_FIT_BYTES);
-        todo.extend(
-            split::split_body(&part, half)
-                .into_iter()
-                .rev()
-                .map(|p| (p, half)),
-        );
-    }
-    parts
-}
+use serde::{Deserialize, Serialize};
 
 /// The thread `event_id` is in (its `m.thread` root), if any: a reply to a thread
 /// message stays in that thread, as Element's replies do. Errors: `not_found` when
@@ -76,15 +33,9 @@ async fn thread_of(
             matrix_error(e).message()
         ))
     })?;
-    let relates = event
-        .raw()
-        .get_field::<Value>("content")
-        .ok()
-        .flatten()
-        .and_then(|c| c.get("m.relates_to").cloned());
-    Ok(relates
-        .filter(|r| r["rel_type"] == "m.thread")
-        .and_then(|r| r["event_id"].as_str().map(str::to_owned))
+    Ok(relates_to(event.raw().json().get())
+        .as_ref()
+        .and_then(|r| r.thread_root())
         .and_then(|root| OwnedEventId::try_from(root).ok()))
 }
 
@@ -155,9 +106,57 @@ pub struct InviteArgs {
     pub user_id: String,
 }
 
+/// `send_message`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct Sent {
+    /// The events sent, one per part, in order.
+    #[schemars(length(min = 1))]
+    pub event_ids: Vec<String>,
+}
+
+/// The result of a tool that sends one event: `edit_message` (the edit),
+/// `send_reaction` (the reaction), `redact` (the redaction).
+#[derive(Serialize, JsonSchema)]
+pub struct SentEvent {
+    /// The event sent; `null` when the homeserver named none.
+    pub event_id: Option<String>,
+}
+
+/// `acknowledge`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct Acknowledged {
+    /// Whether the event was pushed or queued for this identity (and the session is
+    /// this identity's): it is never replayed again.
+    pub acknowledged: bool,
+    /// Whether a read receipt was sent.
+    pub receipt: bool,
+}
+
+/// `join_room`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct JoinedRoom {
+    /// The room joined; `null` when the homeserver named none.
+    pub room_id: Option<String>,
+}
+
+/// `leave_room`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct Left {
+    /// The room left.
+    pub left: String,
+}
+
+/// `invite`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct Invited {
+    /// The user invited (an MXID).
+    pub invited: String,
+}
+
 #[tool_router(router = write_tools, vis = "pub(super)")]
 impl McpServer {
     #[tool(
+        title = "Send a message",
         description = "Send a markdown message (rendered to HTML). Optional reply_to (event id) and thread_root. Long text is split on paragraph boundaries into several events. Returns event_ids.",
         annotations(
             read_only_hint = false,
@@ -170,7 +169,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<SendMessageArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Sent>, Failure> {
         self.run(&parts, "send_message", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let state = room.encryption_state();
@@ -200,12 +199,15 @@ impl McpServer {
                     .unwrap_or_else(|| TransactionId::new().to_string()),
             };
             let written = self.write(identity, write).await?;
-            Ok(json!({ "event_ids": written.event_ids }))
+            Ok(Sent {
+                event_ids: written.event_ids,
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Edit a message",
         description = "Edit one of the identity's own messages (m.replace), never a permission prompt. Returns the edit's event_id.",
         annotations(
             read_only_hint = false,
@@ -218,7 +220,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<EditArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<SentEvent>, Failure> {
         self.run(&parts, "edit_message", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let event_id = parse_event(&args.event_id)?;
@@ -239,12 +241,15 @@ impl McpServer {
                 text: markdown_text(&args.text),
             };
             let written = self.write(identity, write).await?;
-            Ok(json!({ "event_id": written.event_ids.first() }))
+            Ok(SentEvent {
+                event_id: written.event_ids.into_iter().next(),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "React to an event",
         description = "React to an event with a key (an m.annotation, e.g. 👍), never to a permission prompt. Returns the reaction's event_id.",
         annotations(
             read_only_hint = false,
@@ -257,7 +262,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<ReactionArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<SentEvent>, Failure> {
         self.run(&parts, "send_reaction", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let event_id = parse_event(&args.event_id)?;
@@ -270,12 +275,15 @@ impl McpServer {
                 key: args.key.clone(),
             };
             let written = self.write(identity, write).await?;
-            Ok(json!({ "event_id": written.event_ids.first() }))
+            Ok(SentEvent {
+                event_id: written.event_ids.into_iter().next(),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Redact an event",
         description = "Redact (delete) an event: the identity's own (never a permission prompt), or another's where its power level allows. Returns the redaction's event_id.",
         annotations(
             read_only_hint = false,
@@ -288,7 +296,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<RedactArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<SentEvent>, Failure> {
         self.run(&parts, "redact", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let event_id = parse_event(&args.event_id)?;
@@ -298,12 +306,15 @@ impl McpServer {
                 reason: args.reason.clone(),
             };
             let written = self.write(identity, write).await?;
-            Ok(json!({ "event_id": written.event_ids.first() }))
+            Ok(SentEvent {
+                event_id: written.event_ids.into_iter().next(),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Acknowledge a pushed event",
         description = "Acknowledge a pushed event (its <channel> event_id): it is never replayed to a session again. With receipt: true and room_id, also sends a read receipt. Returns acknowledged: false when the event was never pushed or queued for this identity (or the session is not this identity's).",
         annotations(
             read_only_hint = false,
@@ -316,7 +327,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<AckArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Acknowledged>, Failure> {
         // On /channel the ack names its session; on /mcp it is the identity's agent
         // acknowledging outside any channel session.
         let session = match self.mount {
@@ -352,12 +363,16 @@ impl McpServer {
                 self.write(identity, write).await?;
                 receipt = true;
             }
-            Ok(json!({ "acknowledged": known, "receipt": receipt }))
+            Ok(Acknowledged {
+                acknowledged: known,
+                receipt,
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Join a room",
         description = "Join a room by id or alias. Returns room_id.",
         annotations(
             read_only_hint = false,
@@ -370,7 +385,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<JoinArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<JoinedRoom>, Failure> {
         self.run(&parts, "join_room", move |identity| async move {
             matrix_sdk::ruma::OwnedRoomOrAliasId::try_from(args.room.as_str())
                 .map_err(|e| ToolError::Invalid(format!("room {:?}: {e}", args.room)))?;
@@ -378,12 +393,15 @@ impl McpServer {
                 room: args.room.clone(),
             };
             let written = self.write(identity, write).await?;
-            Ok(json!({ "room_id": written.room_id }))
+            Ok(JoinedRoom {
+                room_id: written.room_id,
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Leave a room",
         description = "Leave a joined room (never the room of a pending permission prompt).",
         annotations(
             read_only_hint = false,
@@ -396,19 +414,22 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<super::read_tools::RoomArg>,
-    ) -> ToolResult {
+    ) -> Result<Json<Left>, Failure> {
         self.run(&parts, "leave_room", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let write = AgentWrite::Leave {
                 room: model_room(&room),
             };
             self.write(identity, write).await?;
-            Ok(json!({ "left": args.room_id }))
+            Ok(Left {
+                left: args.room_id.clone(),
+            })
         })
         .await
     }
 
     #[tool(
+        title = "Invite a user",
         description = "Invite a user (MXID) to a joined room.",
         annotations(
             read_only_hint = false,
@@ -421,7 +442,7 @@ impl McpServer {
         &self,
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<InviteArgs>,
-    ) -> ToolResult {
+    ) -> Result<Json<Invited>, Failure> {
         self.run(&parts, "invite", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
             let user = OwnedUserId::try_from(args.user_id.as_str())
@@ -431,33 +452,10 @@ impl McpServer {
                 user: UserId(user.to_string()),
             };
             self.write(identity, write).await?;
-            Ok(json!({ "invited": user }))
+            Ok(Invited {
+                invited: user.to_string(),
+            })
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_text_of_short_paragraphs_is_cut_into_parts_whose_content_fits_the_budget() {
-        let text: Vec<String> = (0..1400)
-            .map(|i| format!("Paragraph {i:05}: the quick brown fox & the <lazy> dog."))
-            .collect();
-        let text = text.join("\n\n");
-        for budget in [MAX_CONTENT_BYTES, MAX_ENCRYPTED_CONTENT_BYTES] {
-            let parts = fit_parts(&text, budget);
-            assert!(parts.len() > 1);
-            for part in &parts {
-                let content = RoomMessageEventContentWithoutRelation::text_markdown(part);
-                let bytes = serde_json::to_vec(&content).unwrap().len();
-                assert!(bytes <= budget, "{bytes} > {budget}");
-            }
-            assert_eq!(parts.join("\n\n"), text);
-        }
-        assert_eq!(fit_parts("short", MAX_CONTENT_BYTES), vec!["short"]);
-        assert!(fit_parts(" \n ", MAX_CONTENT_BYTES).is_empty());
     }
 }
