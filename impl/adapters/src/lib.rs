@@ -1,10 +1,11 @@
 //! The pure parts of the matrix-channel server, in a crate of their own so that
 //! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
-//! config file and its validation (`config`), long messages into parts (`split`), and
+//! config file and its validation (`config`), long messages into parts (`split`),
 //! what the read tools return for an event (`summary`), the Host and Origin guard
-//! (`origin`), what a POST body is before the MCP library reads it (`jsonrpc`), and
-//! what the sync loop does about a timeline's gap (`gap`), and the params of the
-//! notifications a session gets (`params`). No network, no async.
+//! (`origin`), what a POST body is before the MCP library reads it and what a JSON-RPC
+//! message is (`jsonrpc`), what the sync loop does about a timeline's gap (`gap`), the
+//! params of the notifications a session gets (`params`), and the lines and headers of
+//! the stdio bridge (`stdio`). No network, no async.
 //! `mc_server` re-exports the four modules under the same names.
 pub mod config;
 pub mod decode;
@@ -13,4 +14,5 @@ pub mod jsonrpc;
 pub mod origin;
 pub mod params;
 pub mod split;
+pub mod stdio;
 pub mod summary;
