@@ -4,9 +4,12 @@
 //! what the read tools return for an event (`summary`), the Host and Origin guard
 //! (`origin`), what a POST body is before the MCP library reads it and what a JSON-RPC
 //! message is (`jsonrpc`), what the sync loop does about a timeline's gap (`gap`), the
-//! params of the notifications a session gets (`params`), and the lines and headers of
-//! the stdio bridge (`stdio`). No network, no async.
-//! `mc_server` re-exports the four modules under the same names.
+//! params of the notifications a session gets (`params`), the lines and headers of
+//! the stdio bridge (`stdio`), and what a write to Matrix decides without the network:
+//! the tool-error contract, refusals, the encryption rule (`write_rule`). No network,
+//! no async.
+//! `mc_server` re-exports the four modules under the same names, and
+//! `mc_server::write` what it uses of `write_rule`.
 pub mod config;
 pub mod decode;
 pub mod gap;
@@ -16,3 +19,4 @@ pub mod params;
 pub mod split;
 pub mod stdio;
 pub mod summary;
+pub mod write_rule;
