@@ -351,6 +351,24 @@ mod tests {
             header_value("=?base64?eA==?="),
             "=?base64?PT9iYXNlNjQ/ZUE9PT89?="
         );
+        assert_eq!(header_value("=?base64?x"), "=?base64?x");
+        assert_eq!(header_value("x?="), "x?=");
+        let task = json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/get",
+            "params": {"taskId": "t1"}});
+        assert_eq!(
+            standard_headers(&task, Some("2026-07-28")),
+            [
+                ("mcp-method", "tasks/get".to_owned()),
+                ("mcp-name", "t1".to_owned())
+            ]
+        );
+        let prompt = json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get",
+            "params": {"uri": "not a name"}});
+        assert_eq!(
+            standard_headers(&prompt, Some("2026-07-28")),
+            [("mcp-method", "prompts/get".to_owned())],
+            "a prompt is named by its name"
+        );
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
         assert_eq!(standard_headers(&init, Some("2026-07-28")), []);
     }
