@@ -379,6 +379,7 @@ mod tests {
         assert_eq!(at("127.0.0.1:8700"), Ok("127.0.0.1:8700".parse().unwrap()));
         assert_eq!(at("0.0.0.0:8700"), Ok("127.0.0.1:8700".parse().unwrap()));
         assert_eq!(at("[::]:8700"), Ok("[::1]:8700".parse().unwrap()));
+        assert_eq!(at("[fe80::7]:8700"), Ok("[fe80::7]:8700".parse().unwrap()));
         assert_eq!(at("192.0.2.7:80"), Ok("192.0.2.7:80".parse().unwrap()));
         assert!(at("127.0.0.1:0").unwrap_err().contains("port 0"));
     }
