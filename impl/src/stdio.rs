@@ -22,9 +22,10 @@
 //!   gave one and `MCP-Protocol-Version` once negotiated (or the version a request
 //!   names in its `_meta`, as an HTTP client of that revision sends it). Every
 //!   JSON-RPC message of the answer (an `application/json` body or the `data:` of
-//!   each SSE event) becomes one stdout line. A line that is not JSON gets the HTTP
-//!   path's parse error (-32700, `id: null`) from [`mc_adapters::jsonrpc::inspect`]
-//!   without a round trip. An HTTP answer that is no JSON-RPC message (a 503, a
+//!   each SSE event) becomes one stdout line. A line that is not a JSON-RPC message
+//!   or batch gets the HTTP path's own answer to it (-32700 for what is not JSON,
+//!   -32600 for what is not JSON-RPC) from [`mc_adapters::jsonrpc::inspect`] without
+//!   a round trip. An HTTP answer that is no JSON-RPC message (a 503, a
 //!   refused connection) becomes a JSON-RPC error (-32603) for each request it
 //!   carried, so the client never waits for an answer that cannot come.
 //! - **Events.** Once `notifications/initialized` is accepted, the GET event stream
@@ -43,12 +44,20 @@ use crate::config::Config;
 use crate::store::{Store, StoreLock};
 use anyhow::{anyhow, Context as _};
 use futures::StreamExt as _;
-use serde_json::{json, Value};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use mc_adapters::jsonrpc::{answered_ids, method, request_ids};
+use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
+
+/// JSON-RPC 2.0 internal error (the one table of codes, `mc_adapters::jsonrpc`): what
+/// a request gets when the server's HTTP answer carried no JSON-RPC answer for it.
+pub use mc_adapters::jsonrpc::INTERNAL_ERROR;
+pub use mc_adapters::stdio::{
+    answer_line, endpoint, failure, frame, label_pid, one_line, protocol_header, standard_headers,
+    token_label, Inbound,
+};
 
 /// How long a server holding the store may take to answer at `listen` when this
 /// process starts (it may still be starting: logging in, the first sync).
@@ -71,29 +80,6 @@ const DRAIN_FOR: Duration = Duration::from_secs(1);
 /// How long the closing DELETE may take.
 const DELETE_FOR: Duration = Duration::from_secs(2);
 
-/// The `_meta` key of a request's own protocol revision (MCP 2026-07-28; Claude Code's
-/// `server/discover` probe carries it).
-const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-
-/// JSON-RPC 2.0 internal error (the one table of codes, `mc_adapters::jsonrpc`): what
-/// a request gets when the server's HTTP answer carried no JSON-RPC answer for it.
-pub use mc_adapters::jsonrpc::INTERNAL_ERROR;
-
-/// The label of the token a bridge with process id `pid` mints.
-pub fn token_label(pid: u32) -> String {
-    format!("stdio (pid {pid})")
-}
-
-/// The process id in a label made by [`token_label`], `None` for any other label
-/// (exactly `stdio (pid ` then decimal digits then `)`).
-pub fn label_pid(label: &str) -> Option<u32> {
-    let digits = label.strip_prefix("stdio (pid ")?.strip_suffix(')')?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
 /// Whether a process with id `pid` exists (on Linux, `/proc/PID`; elsewhere every
 /// process is taken as alive, so no token is revoked as stale).
 fn pid_alive(pid: u32) -> bool {
@@ -104,192 +90,10 @@ fn pid_alive(pid: u32) -> bool {
     }
 }
 
-/// What one stdin line is.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Inbound {
-    /// Empty or only whitespace: skipped.
-    Blank,
-    /// Not JSON: the line to answer it with (the HTTP path's -32700 parse error).
-    Malformed(String),
-    /// JSON: the text to POST as it is, and its value.
-    Message { raw: String, value: Value },
-}
-
-/// Frames one line read from stdin (its `\n` already taken off; a `\r` before it
-/// goes too).
-pub fn frame(line: &str) -> Inbound {
-    let text = line.strip_suffix('\r').unwrap_or(line);
-    if text.trim().is_empty() {
-        return Inbound::Blank;
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(value) => Inbound::Message {
-            raw: text.to_owned(),
-            value,
-        },
-        Err(_) => {
-            let answer = match mc_adapters::jsonrpc::inspect(text.as_bytes()) {
-                Err(rejection) => rejection.response(),
-                // Unreachable (serde_json refused it above); answer in the same shape.
-                Ok(_) => json!({
-                    "jsonrpc": "2.0", "id": null,
-                    "error": {"code": mc_adapters::jsonrpc::PARSE_ERROR, "message": "parse error"},
-                }),
-            };
-            Inbound::Malformed(answer.to_string())
-        }
-    }
-}
-
-/// `text` as one stdout line: `None` when it is not JSON; as it is when it has no
-/// line break; else re-encoded compactly.
-pub fn one_line(text: &str) -> Option<String> {
-    let text = text.trim();
-    let value: Value = serde_json::from_str(text).ok()?;
-    if text.contains(['\n', '\r']) {
-        Some(value.to_string())
-    } else {
-        Some(text.to_owned())
-    }
-}
-
 /// The stdout line of one SSE event: its `data` when that is JSON; `None` for a
 /// priming event (an id or a retry hint, no data) or data that is not JSON.
 pub fn sse_line(event: &sse_stream::Sse) -> Option<String> {
     one_line(event.data.as_deref()?)
-}
-
-/// The messages of a JSON body: one message or the items of a batch.
-fn messages(value: &Value) -> Vec<&Value> {
-    match value {
-        Value::Array(items) => items.iter().collect(),
-        other => vec![other],
-    }
-}
-
-/// The ids of the requests in a message or batch (each expects an answer).
-pub fn request_ids(value: &Value) -> Vec<Value> {
-    messages(value)
-        .into_iter()
-        .filter(|m| m.get("method").is_some())
-        .filter_map(|m| m.get("id").cloned())
-        .filter(|id| !id.is_null())
-        .collect()
-}
-
-/// The ids that `answer` (a message or batch from the server) answers: responses and
-/// errors, not the server's own requests.
-pub fn answered_ids(answer: &Value) -> Vec<Value> {
-    messages(answer)
-        .into_iter()
-        .filter(|m| m.get("result").is_some() || m.get("error").is_some())
-        .filter_map(|m| m.get("id").cloned())
-        .collect()
-}
-
-/// A JSON-RPC error line for request `id` ([`INTERNAL_ERROR`]).
-pub fn failure(id: &Value, message: &str) -> String {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": INTERNAL_ERROR, "message": format!("matrix-channel stdio: {message}")},
-    })
-    .to_string()
-}
-
-/// The `MCP-Protocol-Version` header for `message`: the revision a request names in
-/// its `_meta` (an HTTP client of MCP 2026-07-28 sends that header with it), none for
-/// `initialize`, else the negotiated one.
-pub fn protocol_header(message: &Value, negotiated: Option<&str>) -> Option<String> {
-    if let Some(own) = message
-        .pointer("/params/_meta")
-        .and_then(|meta| meta.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str)
-    {
-        return Some(own.to_owned());
-    }
-    if method(message) == Some("initialize") {
-        return None;
-    }
-    negotiated.map(str::to_owned)
-}
-
-/// The first MCP revision whose HTTP clients send `Mcp-Method` and `Mcp-Name` with
-/// each message (SEP-2243), and whose server (rmcp) refuses a message without them
-/// before anything else.
-const STANDARD_HEADERS_FROM: &str = "2026-07-28";
-
-/// The SEP-2243 headers an HTTP client of `revision` sends with `message`: none before
-/// [`STANDARD_HEADERS_FROM`]; else `Mcp-Method`, and `Mcp-Name` for the methods that
-/// name something (a tool or prompt, a resource, a task), Base64-wrapped
-/// (`=?base64?…?=`) when the name cannot travel bare. (`Mcp-Param-*`, for tool
-/// arguments a tool's schema promotes to headers, are never needed: no tool of this
-/// server promotes any, and this server refuses these revisions anyway, with -32022;
-/// these headers only make it refuse them for that reason, as it does over HTTP.)
-pub fn standard_headers(message: &Value, revision: Option<&str>) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
-    if revision.is_none_or(|r| r < STANDARD_HEADERS_FROM) {
-        return out;
-    }
-    let Some(method) = method(message) else {
-        return out;
-    };
-    if method == "initialize" {
-        return out;
-    }
-    out.push(("mcp-method", method.to_owned()));
-    let key = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
-        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
-        _ => return out,
-    };
-    if let Some(name) = message
-        .pointer(&format!("/params/{key}"))
-        .and_then(Value::as_str)
-    {
-        out.push(("mcp-name", header_value(name)));
-    }
-    out
-}
-
-/// A header value as SEP-2243 carries it: as it is, or `=?base64?<base64>?=` when it
-/// has surrounding blanks, characters outside visible ASCII, or looks wrapped already.
-fn header_value(value: &str) -> String {
-    use base64::Engine as _;
-    let blank_edge = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
-    let unsafe_char = value.chars().any(|c| !(' '..='~').contains(&c));
-    let looks_wrapped = value.starts_with("=?base64?") && value.ends_with("?=");
-    if blank_edge || unsafe_char || looks_wrapped {
-        format!(
-            "=?base64?{}?=",
-            base64::engine::general_purpose::STANDARD.encode(value)
-        )
-    } else {
-        value.to_owned()
-    }
-}
-
-fn method(message: &Value) -> Option<&str> {
-    message.get("method").and_then(Value::as_str)
-}
-
-/// Where to reach `serve` from its `listen` address: the same address, or loopback
-/// for an unspecified one (`0.0.0.0`, `::`).
-/// Errors: port 0 (any free port: which one `serve` took is not in the config).
-pub fn endpoint(listen: SocketAddr) -> Result<SocketAddr, String> {
-    if listen.port() == 0 {
-        return Err(format!(
-            "listen is {listen} (port 0: any free port), so where `matrix-channel serve` \
-             listens cannot be known: give `listen` a fixed port"
-        ));
-    }
-    let ip = match listen.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ip => ip,
-    };
-    Ok(SocketAddr::new(ip, listen.port()))
 }
 
 /// How the bridge ended.
@@ -688,8 +492,7 @@ impl Bridge {
             }
         } else {
             let body = response.text().await.unwrap_or_default();
-            let jsonrpc = one_line(&body).filter(|line| is_jsonrpc(line));
-            match jsonrpc {
+            match answer_line(&body) {
                 Some(line) => forward(line, &mut pending),
                 None if status == reqwest::StatusCode::ACCEPTED => {}
                 None => {
@@ -887,54 +690,9 @@ impl Bridge {
     }
 }
 
-/// Whether one stdout line is a JSON-RPC message or batch (a body that is not, such
-/// as `{"error": "not_found"}`, is the HTTP layer's and is not forwarded as such).
-fn is_jsonrpc(line: &str) -> bool {
-    let Ok(value) = serde_json::from_str::<Value>(line) else {
-        return false;
-    };
-    let all = messages(&value);
-    !all.is_empty() && all.iter().all(|m| m.get("jsonrpc") == Some(&json!("2.0")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_line_is_blank_malformed_or_a_message_kept_as_written() {
-        assert_eq!(frame(""), Inbound::Blank);
-        assert_eq!(frame("  \t\r"), Inbound::Blank);
-        let raw = r#"{"jsonrpc":"2.0", "id":1,"method":"ping"}"#;
-        assert_eq!(
-            frame(&format!("{raw}\r")),
-            Inbound::Message {
-                raw: raw.to_owned(),
-                value: json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
-            }
-        );
-        let Inbound::Malformed(answer) = frame("this is not json") else {
-            panic!("not JSON is malformed");
-        };
-        let answer: Value = serde_json::from_str(&answer).unwrap();
-        assert_eq!(answer["jsonrpc"], "2.0");
-        assert_eq!(answer["id"], Value::Null);
-        assert_eq!(answer["error"]["code"], -32700);
-        // JSON that is not JSON-RPC is the server's to judge (its -32600).
-        assert!(matches!(frame("[]"), Inbound::Message { .. }));
-        assert!(matches!(frame("{\"a\":1}"), Inbound::Message { .. }));
-    }
-
-    #[test]
-    fn an_answer_becomes_one_line_and_only_json_is_forwarded() {
-        assert_eq!(one_line("{\"a\": 1}\n").as_deref(), Some("{\"a\": 1}"));
-        assert_eq!(
-            one_line("{\n  \"a\": \"x\\ny\"\n}").as_deref(),
-            Some("{\"a\":\"x\\ny\"}")
-        );
-        assert_eq!(one_line("not json"), None);
-        assert_eq!(one_line(""), None);
-    }
 
     #[test]
     fn an_sse_event_is_a_line_when_its_data_is_json_and_nothing_when_it_primes() {
@@ -983,133 +741,11 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_token_is_known_by_its_label_alone() {
-        assert_eq!(label_pid(&token_label(4242)), Some(4242));
-        assert_eq!(label_pid("stdio (pid 1)"), Some(1));
-        for other in [
-            "",
-            "laptop",
-            "stdio (pid )",
-            "stdio (pid +5)",
-            "stdio (pid -5)",
-            "stdio (pid 5",
-            "stdio (pid 5) ",
-            " stdio (pid 5)",
-            "stdio (pid 5x)",
-            "stdio (pid 99999999999)",
-            "Stdio (pid 5)",
-        ] {
-            assert_eq!(label_pid(other), None, "{other:?}");
-        }
-    }
-
-    #[test]
     fn this_process_is_alive_and_a_pid_never_used_is_not() {
         assert!(pid_alive(std::process::id()));
         if cfg!(target_os = "linux") {
             // Above the kernel's pid_max (4,194,304 at most).
             assert!(!pid_alive(4_194_305));
         }
-    }
-
-    #[test]
-    fn requests_expect_answers_and_responses_answer_them() {
-        let batch = json!([
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": "a", "result": {}},
-            {"jsonrpc": "2.0", "id": "b", "method": "ping"},
-        ]);
-        assert_eq!(request_ids(&batch), [json!(1), json!("b")]);
-        assert_eq!(
-            request_ids(&json!({"jsonrpc": "2.0", "method": "x"})),
-            Vec::<Value>::new()
-        );
-        let answer = json!([
-            {"jsonrpc": "2.0", "id": 1, "result": {}},
-            {"jsonrpc": "2.0", "id": "b", "error": {"code": -1, "message": "no"}},
-            {"jsonrpc": "2.0", "id": 9, "method": "roots/list"},
-        ]);
-        assert_eq!(answered_ids(&answer), [json!(1), json!("b")]);
-        let line: Value = serde_json::from_str(&failure(&json!(7), "down")).unwrap();
-        assert_eq!(
-            line,
-            json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": "matrix-channel stdio: down"}})
-        );
-    }
-
-    #[test]
-    fn the_protocol_header_is_the_requests_own_then_the_negotiated_one() {
-        let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
-            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
-        assert_eq!(
-            protocol_header(&discover, None).as_deref(),
-            Some("2026-07-28")
-        );
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
-        assert_eq!(protocol_header(&init, Some("2025-11-25")), None);
-        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-        assert_eq!(protocol_header(&call, None), None);
-        assert_eq!(
-            protocol_header(&call, Some("2025-11-25")).as_deref(),
-            Some("2025-11-25")
-        );
-    }
-
-    #[test]
-    fn a_2026_07_28_message_carries_the_standard_headers_and_an_older_one_none() {
-        let discover =
-            json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}});
-        assert_eq!(standard_headers(&discover, None), []);
-        assert_eq!(standard_headers(&discover, Some("2025-11-25")), []);
-        assert_eq!(
-            standard_headers(&discover, Some("2026-07-28")),
-            [("mcp-method", "server/discover".to_owned())]
-        );
-        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "send_message", "arguments": {}}});
-        assert_eq!(
-            standard_headers(&call, Some("2026-07-28")),
-            [
-                ("mcp-method", "tools/call".to_owned()),
-                ("mcp-name", "send_message".to_owned())
-            ]
-        );
-        let read = json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
-            "params": {"uri": "file:///ä"}});
-        assert_eq!(
-            standard_headers(&read, Some("2026-07-28"))[1],
-            ("mcp-name", "=?base64?ZmlsZTovLy/DpA==?=".to_owned())
-        );
-        assert_eq!(header_value(" x"), "=?base64?IHg=?=");
-        assert_eq!(
-            header_value("=?base64?eA==?="),
-            "=?base64?PT9iYXNlNjQ/ZUE9PT89?="
-        );
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}});
-        assert_eq!(standard_headers(&init, Some("2026-07-28")), []);
-    }
-
-    #[test]
-    fn the_endpoint_is_the_listen_address_or_loopback_and_never_port_zero() {
-        let at = |s: &str| endpoint(s.parse().unwrap());
-        assert_eq!(at("127.0.0.1:8700"), Ok("127.0.0.1:8700".parse().unwrap()));
-        assert_eq!(at("0.0.0.0:8700"), Ok("127.0.0.1:8700".parse().unwrap()));
-        assert_eq!(at("[::]:8700"), Ok("[::1]:8700".parse().unwrap()));
-        assert_eq!(at("192.0.2.7:80"), Ok("192.0.2.7:80".parse().unwrap()));
-        assert!(at("127.0.0.1:0").unwrap_err().contains("port 0"));
-    }
-
-    #[test]
-    fn only_jsonrpc_bodies_are_forwarded_as_answers() {
-        assert!(is_jsonrpc(
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#
-        ));
-        assert!(is_jsonrpc(r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#));
-        assert!(!is_jsonrpc(
-            r#"{"error":"not_found","message":"session not found"}"#
-        ));
-        assert!(!is_jsonrpc("[]"));
-        assert!(!is_jsonrpc("Not Found"));
     }
 }

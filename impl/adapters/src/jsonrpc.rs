@@ -1,5 +1,7 @@
 //! What a POST body to `/mcp` or `/channel` is, before the MCP library reads it: one
-//! JSON-RPC message, a batch, or something to refuse with a JSON-RPC error.
+//! JSON-RPC message, a batch, or something to refuse with a JSON-RPC error; and the one
+//! classifier of JSON-RPC messages both transports use ([`kind`], [`method`],
+//! [`members`], [`request_ids`], [`answered_ids`], [`answers`], [`is_jsonrpc`]).
 //!
 //! Sources:
 //! - JSON-RPC 2.0, sections 4 (request object), 5 (response object), 5.1 (error
@@ -12,6 +14,9 @@
 //!   part of a batch (2025-03-26, Lifecycle).
 //! - MCP Streamable HTTP: a body the server cannot accept gets an HTTP error status
 //!   (400), whose body may be a JSON-RPC error response without an id.
+//! - MCP 2025-11-25, Basic: a request's id is a string or an integer, never null; an
+//!   error response's id is optional (schema, `JSONRPCErrorResponse`), where JSON-RPC
+//!   2.0 section 5 writes `null` for an id that could not be read.
 
 use serde_json::{json, Value};
 
@@ -108,6 +113,54 @@ pub fn kind(message: &Value) -> Option<Kind> {
     check(message).ok()
 }
 
+/// The messages of a body: the items of a batch, in order, or the one message.
+pub fn members(body: &Value) -> &[Value] {
+    match body {
+        Value::Array(items) => items,
+        one => std::slice::from_ref(one),
+    }
+}
+
+/// A message's `method`, when it has one that is a string.
+pub fn method(message: &Value) -> Option<&str> {
+    message.get("method").and_then(Value::as_str)
+}
+
+/// The ids of the requests in a body (one message or a batch), in order: each
+/// expects a response.
+pub fn request_ids(body: &Value) -> Vec<Value> {
+    members(body)
+        .iter()
+        .filter(|m| kind(m) == Some(Kind::Request))
+        .map(|m| m["id"].clone())
+        .collect()
+}
+
+/// The request ids that a body (one message or a batch) answers: the ids of its
+/// responses, not of its requests or notifications; an error response without an
+/// id (or with `id: null`) answers none.
+pub fn answered_ids(body: &Value) -> Vec<Value> {
+    members(body)
+        .iter()
+        .filter(|m| kind(m) == Some(Kind::Response))
+        .filter_map(|m| m.get("id"))
+        .filter(|id| !id.is_null())
+        .cloned()
+        .collect()
+}
+
+/// Whether `message` is the response to the request whose id is `id`.
+pub fn answers(message: &Value, id: &Value) -> bool {
+    kind(message) == Some(Kind::Response) && message.get("id") == Some(id)
+}
+
+/// Whether a body is JSON-RPC: one message, or a batch of at least one, each a
+/// JSON-RPC 2.0 message ([`kind`]).
+pub fn is_jsonrpc(body: &Value) -> bool {
+    let all = members(body);
+    !all.is_empty() && all.iter().all(|m| kind(m).is_some())
+}
+
 /// What a POST body is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Body {
@@ -115,6 +168,16 @@ pub enum Body {
     Message(Value),
     /// A batch of at least one message, each valid on its own, in order.
     Batch(Vec<Value>),
+}
+
+impl Body {
+    /// The body as JSON: the message, or the batch as an array.
+    pub fn into_value(self) -> Value {
+        match self {
+            Body::Message(message) => message,
+            Body::Batch(items) => Value::Array(items),
+        }
+    }
 }
 
 /// Reads a POST body: one JSON-RPC message, or a batch of them.
@@ -155,7 +218,7 @@ pub fn inspect(body: &[u8]) -> Result<Body, Rejection> {
                         Value::Null,
                     ));
                 }
-                if item.get("method").and_then(Value::as_str) == Some("initialize") {
+                if method(item) == Some("initialize") {
                     return Err(Rejection::new(
                         INVALID_REQUEST,
                         "invalid request: initialize must not be part of a batch",
@@ -261,7 +324,7 @@ impl BatchAnswer {
             return;
         }
         let id = item["id"].clone();
-        let method = item["method"].as_str().unwrap_or_default();
+        let method = method(item).unwrap_or_default();
         let error = |message: String| {
             json!({
                 "jsonrpc": "2.0",
@@ -278,10 +341,7 @@ impl BatchAnswer {
             ))
         };
         let response = match outcome {
-            Outcome::Answered(message)
-                if message.get("id") == Some(&id)
-                    && (message.get("result").is_some() || message.get("error").is_some()) =>
-            {
+            Outcome::Answered(message) if answers(&message, &id) => {
                 let size = serde_json::to_vec(&message).map_or(usize::MAX, |b| b.len());
                 if size > limit {
                     too_large(limit)
@@ -319,7 +379,6 @@ impl BatchAnswer {
     }
 }
 
-/// At most 200 characters of `text`, for an error message.
 /// Why a notification of a batch was not taken, for the session that sent it (a
 /// `permission_request`, which the session waits on: it is told this instead of a
 /// verdict, as for one whose params cannot be read); `None` when it was taken, or may
@@ -345,6 +404,7 @@ pub fn notification_not_taken(outcome: &Outcome) -> Option<String> {
     ))
 }
 
+/// At most 200 characters of `text`, for an error message.
 fn excerpt(text: &str) -> String {
     text.chars().take(200).collect()
 }
@@ -363,12 +423,16 @@ fn check(value: &Value) -> Result<Kind, &'static str> {
     if object.get("jsonrpc") != Some(&Value::String("2.0".into())) {
         return Err("\"jsonrpc\" must be \"2.0\"");
     }
-    let id = match object.get("id") {
-        None => None,
-        Some(id @ (Value::String(_) | Value::Number(_))) => Some(id),
-        Some(_) => return Err("\"id\" must be a string or a number"),
-    };
+    let id = object.get("id");
+    let readable = matches!(id, Some(Value::String(_) | Value::Number(_)));
+    // `null` is an id only for an error response (see the module's sources).
+    if !readable && !matches!(id, None | Some(Value::Null)) {
+        return Err(ID_TYPE);
+    }
     if let Some(method) = object.get("method") {
+        if id.is_some() && !readable {
+            return Err(ID_TYPE);
+        }
         if !method.is_string() {
             return Err("\"method\" must be a string");
         }
@@ -378,17 +442,14 @@ fn check(value: &Value) -> Result<Kind, &'static str> {
         ) {
             return Err("\"params\" must be an object or an array");
         }
-        return Ok(if id.is_some() {
+        return Ok(if readable {
             Kind::Request
         } else {
             Kind::Notification
         });
     }
-    if id.is_none() {
-        return Err("a message has a \"method\", or is a response with an \"id\"");
-    }
     match (object.contains_key("result"), object.get("error")) {
-        (true, None) => Ok(Kind::Response),
+        (true, None) if readable => Ok(Kind::Response),
         (false, Some(Value::Object(error)))
             if error.get("code").is_some_and(Value::is_i64)
                 && error.get("message").is_some_and(Value::is_string) =>
@@ -396,9 +457,14 @@ fn check(value: &Value) -> Result<Kind, &'static str> {
             Ok(Kind::Response)
         }
         (false, Some(_)) => Err("\"error\" must be an object with a code and a message"),
+        _ if id.is_none() => Err("a message has a \"method\", or is a response with an \"id\""),
+        _ if !readable => Err(ID_TYPE),
         _ => Err("a response has exactly one of \"result\" and \"error\""),
     }
 }
+
+/// Why a message's id is refused.
+const ID_TYPE: &str = "\"id\" must be a string or a number";
 
 #[cfg(test)]
 mod tests {
@@ -779,5 +845,129 @@ mod tests {
             left - error_len,
             "the error counts, the refused answer not"
         );
+    }
+
+    #[test]
+    fn an_error_response_whose_id_could_not_be_read_is_a_response_and_answers_no_request() {
+        // JSON-RPC 2.0 section 5 writes `id: null`; MCP 2025-11-25 leaves it out (rmcp
+        // does). Both are what this server itself answers a body it refuses.
+        let null = refused("{").response();
+        assert_eq!(null["id"], Value::Null);
+        let absent = json!({"jsonrpc": "2.0", "error": {"code": -32022, "message": "m"}});
+        for message in [&null, &absent] {
+            assert_eq!(kind(message), Some(Kind::Response), "{message}");
+            assert_eq!(
+                inspect(message.to_string().as_bytes()),
+                Ok(Body::Message(message.clone()))
+            );
+            assert!(is_jsonrpc(message), "{message}");
+            assert_eq!(answered_ids(message), Vec::<Value>::new(), "{message}");
+        }
+        // A result always names its request, and a request's id is never null.
+        for body in [
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping","error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":null}"#,
+        ] {
+            let rejection = refused(body);
+            assert!(
+                rejection
+                    .message
+                    .contains("\"id\" must be a string or a number"),
+                "{body}: {}",
+                rejection.message
+            );
+        }
+        let rejection = refused(r#"{"jsonrpc":"2.0","result":{}}"#);
+        assert!(
+            rejection.message.contains("a message has"),
+            "{}",
+            rejection.message
+        );
+        let rejection = refused(r#"{"jsonrpc":"2.0","id":null,"error":{"code":1}}"#);
+        assert!(
+            rejection.message.contains("\"error\" must be"),
+            "{}",
+            rejection.message
+        );
+    }
+
+    #[test]
+    fn a_body_has_its_one_message_or_its_batchs_items_as_members() {
+        let one = json!({"jsonrpc": "2.0", "method": "n"});
+        assert_eq!((members(&one).len(), &members(&one)[0]), (1, &one));
+        let batch = json!([1, {"a": 2}]);
+        assert_eq!(members(&batch), [json!(1), json!({"a": 2})]);
+        assert!(members(&json!([])).is_empty());
+        assert_eq!(members(&json!(null)), [Value::Null]);
+        assert_eq!(
+            Body::Batch(vec![one.clone()]).into_value(),
+            json!([one.clone()])
+        );
+        assert_eq!(Body::Message(one.clone()).into_value(), one);
+    }
+
+    #[test]
+    fn the_method_is_a_messages_string_method_only() {
+        assert_eq!(method(&request(json!(1), "tools/list")), Some("tools/list"));
+        assert_eq!(method(&json!({"method": "x"})), Some("x"));
+        assert_eq!(method(&json!({"method": 5})), None);
+        assert_eq!(method(&json!({"id": 1})), None);
+        assert_eq!(method(&json!([{"method": "x"}])), None);
+    }
+
+    #[test]
+    fn requests_expect_answers_and_responses_answer_them() {
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": "a", "result": {}},
+            {"jsonrpc": "2.0", "id": "b", "method": "ping"},
+            {"id": 5, "method": "ping"},
+            {"jsonrpc": "2.0", "id": true, "method": "ping"},
+        ]);
+        assert_eq!(request_ids(&batch), [json!(1), json!("b")]);
+        assert_eq!(request_ids(&request(json!(3), "ping")), [json!(3)]);
+        assert_eq!(
+            request_ids(&json!({"jsonrpc": "2.0", "method": "x"})),
+            Vec::<Value>::new()
+        );
+        let answer = json!([
+            {"jsonrpc": "2.0", "id": 1, "result": {}},
+            {"jsonrpc": "2.0", "id": "b", "error": {"code": -1, "message": "no"}},
+            {"jsonrpc": "2.0", "id": 9, "method": "roots/list"},
+            {"id": 4, "result": {}},
+        ]);
+        assert_eq!(answered_ids(&answer), [json!(1), json!("b")]);
+        assert_eq!(
+            answered_ids(&json!({"jsonrpc": "2.0", "id": 2, "result": {}})),
+            [json!(2)]
+        );
+        let response = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
+        assert!(answers(&response, &json!(2)));
+        assert!(!answers(&response, &json!(3)));
+        assert!(!answers(&json!({"id": 2, "result": {}}), &json!(2)));
+        assert!(!answers(&request(json!(2), "ping"), &json!(2)));
+    }
+
+    #[test]
+    fn a_body_is_json_rpc_when_it_has_members_and_each_is_a_message() {
+        assert!(is_jsonrpc(&request(json!(1), "ping")));
+        assert!(is_jsonrpc(
+            &json!([{"jsonrpc": "2.0", "id": 1, "result": {}}])
+        ));
+        assert!(is_jsonrpc(&json!([
+            {"jsonrpc": "2.0", "id": 1, "result": {}},
+            {"jsonrpc": "2.0", "method": "n"},
+        ])));
+        for body in [
+            json!([]),
+            json!({"error": "not_found", "message": "session not found"}),
+            json!([{"jsonrpc": "2.0", "id": 1, "result": {}}, {"jsonrpc": "1.0", "method": "n"}]),
+            json!("Not Found"),
+        ] {
+            assert!(!is_jsonrpc(&body), "{body}");
+        }
     }
 }
