@@ -1,16 +1,24 @@
 //! The pure parts of the matrix-channel server, in a crate of their own so that
-//! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
-//! config file and its validation (`config`), long messages into parts (`split`), and
-//! what the read tools return for an event (`summary`), the Host and Origin guard
-//! (`origin`), what a POST body is before the MCP library reads it (`jsonrpc`), and
-//! what the sync loop does about a timeline's gap (`gap`), and the params of the
-//! notifications a session gets (`params`). No network, no async.
-//! `mc_server` re-exports the four modules under the same names.
+//! mutation testing rebuilds only them: raw events to model inputs (`decode`), a
+//! decoded timeline event as its model input (`timeline`), the sender's device in the
+//! model's terms (`device`), the config file and its validation (`config`), long
+//! messages into parts (`split`), what the read tools return for an event
+//! (`summary`), the Host and Origin guard (`origin`), what a POST body is before the
+//! MCP library reads it (`jsonrpc`), what the sync loop does about a timeline's gap
+//! and how a backfill ends (`gap`), how the sync loop waits and treats a failure
+//! (`sync`), the params of the notifications a session gets (`params`), and the
+//! engine's own rules for executing effects (`effects`). No network, no async, no
+//! clock. `mc_server` re-exports `config`, `decode`, `split` and `summary` under the
+//! same names.
 pub mod config;
 pub mod decode;
+pub mod device;
+pub mod effects;
 pub mod gap;
 pub mod jsonrpc;
 pub mod origin;
 pub mod params;
 pub mod split;
 pub mod summary;
+pub mod sync;
+pub mod timeline;
