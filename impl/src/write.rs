@@ -3,6 +3,10 @@
 //! into exactly that event, and the tool-error contract ([`ToolError`]) every tool
 //! answers with.
 //!
+//! The pure parts (the tool-error contract, the refusals' words, the ids, each
+//! part's relation, and the encryption rule) are `mc_adapters::write_rule`,
+//! re-exported here; this module maps matrix-sdk's types to its enums and performs.
+//!
 //! Nothing here decides whether a write may happen: the model did, in the same
 //! transition that emitted the effect (see `mc_model::agent`). What is sent is what
 //! the model judged: the `body` and `formatted_body` of each part, the reaction
@@ -20,89 +24,32 @@ use matrix_sdk::ruma::events::room::message::{
 };
 use matrix_sdk::ruma::events::Mentions;
 use matrix_sdk::ruma::events::StateEventType;
-use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId, OwnedUserId};
+use matrix_sdk::ruma::{OwnedEventId, OwnedTransactionId, OwnedUserId};
 use matrix_sdk::{EncryptionState, Room, RoomState};
-use mc_model::{AgentText, AgentWrite, DropReason, EventId, RoomId, UserId};
+pub use mc_adapters::write_rule::{
+    encryption_rule, plaintext_refused, refusal, upstream, RoomEncryption, ToolError,
+};
+use mc_adapters::write_rule::{
+    event_id, homeserver_error, part_relation, reaction_allowed, redaction_reason_allowed, room_id,
+    room_or_alias_id, user_id, Errcode, PartRelation, RoomEncryptionState,
+};
+use mc_model::{AgentText, AgentWrite, RoomId};
 
-/// A tool failure that is not a schema error (see `mcp.rs` for the contract): the
-/// `kind` a result's `structuredContent.error.kind` carries, and a message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ToolError {
-    /// `invalid_params`: a malformed id, an empty text, a limit out of range.
-    Invalid(String),
-    /// `not_joined`: the identity is not joined to the room.
-    NotJoined(String),
-    /// `not_found`: the homeserver does not know the event or room.
-    NotFound(String),
-    /// `forbidden`: the homeserver refused, or the model did (see [`refusal`]).
-    Forbidden(String),
-    /// `too_large`.
-    TooLarge(String),
-    /// `upstream`: the homeserver failed or could not be reached.
-    Upstream(String),
-    /// `encryption_unknown`: whether the room is encrypted could not be learnt (the
-    /// homeserver did not answer for its `m.room.encryption` state), so nothing was
-    /// sent (see [`ensure_encrypted_or_plain`]).
-    EncryptionUnknown(String),
-    /// `would_send_plaintext`: the room is or was encrypted and this send would go
-    /// out in the clear, so nothing was sent (see [`ensure_encrypted_or_plain`]).
-    WouldSendPlaintext(String),
-}
-
-impl ToolError {
-    /// The contract's `kind` string.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            ToolError::Invalid(_) => "invalid_params",
-            ToolError::NotJoined(_) => "not_joined",
-            ToolError::NotFound(_) => "not_found",
-            ToolError::Forbidden(_) => "forbidden",
-            ToolError::TooLarge(_) => "too_large",
-            ToolError::Upstream(_) => "upstream",
-            ToolError::EncryptionUnknown(_) => "encryption_unknown",
-            ToolError::WouldSendPlaintext(_) => "would_send_plaintext",
-        }
-    }
-
-    /// The human-readable message.
-    pub fn message(&self) -> &str {
-        match self {
-            ToolError::Invalid(m)
-            | ToolError::NotJoined(m)
-            | ToolError::NotFound(m)
-            | ToolError::Forbidden(m)
-            | ToolError::TooLarge(m)
-            | ToolError::Upstream(m)
-            | ToolError::EncryptionUnknown(m)
-            | ToolError::WouldSendPlaintext(m) => m,
-        }
-    }
-}
-
-impl std::fmt::Display for ToolError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.kind(), self.message())
-    }
-}
-
-pub fn upstream(e: impl std::fmt::Display) -> ToolError {
-    ToolError::Upstream(e.to_string())
-}
-
-/// Maps a homeserver error to the contract's kinds, by `errcode` or else by HTTP
-/// status (Synapse answers a join of an unknown room `404 M_UNKNOWN`): what is not
-/// found, forbidden or too large is not a failure of the homeserver.
+/// Maps a homeserver error to the contract's kinds ([`homeserver_error`]); no API
+/// error (the homeserver could not be reached, or answered nothing readable) is
+/// `upstream`.
 pub fn api_error(api: Option<&matrix_sdk::ruma::api::error::Error>, message: String) -> ToolError {
     use matrix_sdk::ruma::api::error::ErrorKind;
     let Some(api) = api else {
         return ToolError::Upstream(message);
     };
-    match (api.error_kind(), api.status_code.as_u16()) {
-        (Some(ErrorKind::NotFound), _) | (_, 404) => ToolError::NotFound(message),
-        (Some(ErrorKind::Forbidden), _) | (_, 403) => ToolError::Forbidden(message),
-        (Some(ErrorKind::TooLarge), _) | (_, 413) => ToolError::TooLarge(message),
-        _ => ToolError::Upstream(message),
-    }
+    let errcode = match api.error_kind() {
+        Some(ErrorKind::NotFound) => Errcode::NotFound,
+        Some(ErrorKind::Forbidden) => Errcode::Forbidden,
+        Some(ErrorKind::TooLarge) => Errcode::TooLarge,
+        _ => Errcode::Other,
+    };
+    homeserver_error(errcode, api.status_code.as_u16(), message)
 }
 
 pub fn matrix_error(e: matrix_sdk::Error) -> ToolError {
@@ -111,34 +58,6 @@ pub fn matrix_error(e: matrix_sdk::Error) -> ToolError {
 
 pub fn http_error(e: matrix_sdk::HttpError) -> ToolError {
     api_error(e.as_client_api_error(), e.to_string())
-}
-
-/// What the tool answers when the model refused the write (`reason` is the
-/// `WriteRefused` effect's): always `forbidden`, with the rule in words.
-pub fn refusal(reason: &DropReason, write: &AgentWrite, user_id: &str) -> ToolError {
-    let target = write
-        .targets()
-        .first()
-        .map_or_else(String::new, |t| t.to_string());
-    ToolError::Forbidden(match reason {
-        DropReason::PromptTarget => format!(
-            "{target} is a permission prompt: it is the server's, and only approvers answer it"
-        ),
-        DropReason::NotOwnMessage => format!(
-            "{target} is not a message of {user_id}: only the identity's own messages can be \
-             edited"
-        ),
-        DropReason::NamesOpenRequest { request_id } => format!(
-            "the text names the open permission request {request_id}: the agent may not write a \
-             pending request's id (only the server's prompt shows it)"
-        ),
-        DropReason::LeavesPromptRoom => {
-            "a permission prompt waits in this room: leaving it would leave the prompt \
-             unanswerable"
-                .to_string()
-        }
-        other => format!("the server refused the write: {other:?}"),
-    })
 }
 
 /// What a performed write made: the events sent (in order) or the room joined.
@@ -151,8 +70,7 @@ pub struct Written {
 /// The identity's room `room`, if it is joined. Errors: `invalid_params` for a
 /// malformed id, `not_joined` otherwise.
 pub fn joined(identity: &Identity, room: &str) -> Result<Room, ToolError> {
-    let id = OwnedRoomId::try_from(room)
-        .map_err(|e| ToolError::Invalid(format!("room_id {room:?}: {e}")))?;
+    let id = room_id(room)?;
     match identity.client.get_room(&id) {
         Some(r) if r.state() == RoomState::Joined => Ok(r),
         Some(r) => Err(ToolError::NotJoined(format!(
@@ -167,61 +85,18 @@ pub fn joined(identity: &Identity, room: &str) -> Result<Room, ToolError> {
     }
 }
 
-fn event(id: &EventId) -> Result<OwnedEventId, ToolError> {
-    OwnedEventId::try_from(id.as_str())
-        .map_err(|e| ToolError::Invalid(format!("event_id {id:?}: {e}")))
-}
-
 fn room_of(identity: &Identity, room: &RoomId) -> Result<Room, ToolError> {
     joined(identity, room.as_str())
 }
 
-/// What a room's encryption allows a send to be, as [`ensure_encrypted_or_plain`]
-/// found it right before the send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RoomEncryption {
-    /// The room is encrypted: matrix-sdk's `Room::send` Megolm-encrypts what it
-    /// sends (`m.room.encrypted`), except `m.reaction`, which it always sends in the
-    /// clear (matrix-sdk 0.18 `SendRawMessageLikeEvent`: "Reactions are currently
-    /// famously not encrypted").
-    Encrypted,
-    /// The room is not encrypted and never was (no `m.room.encryption` in the store):
-    /// sends go out in the clear, as everyone else's in the room do.
-    Plain,
-}
-
-/// The rule "never plaintext into an encrypted room", from what matrix-sdk knows:
-/// `state` is `Room::latest_encryption_state()` (which asks the homeserver for the
-/// room's `m.room.encryption` state when the store does not know it), and
-/// `ever_encrypted` whether the state store holds an `m.room.encryption` event of
-/// the room (redacted or not: matrix-sdk ignores a redacted or unreadable one for
-/// `state`, and a refetch after a state reset that lost it on the homeserver sets
-/// `state` to not encrypted while the stored event stays).
-///
-/// Errors: `would_send_plaintext` when the room was encrypted but matrix-sdk now
-/// takes it as not encrypted (its `Room::send` would send in the clear);
-/// `encryption_unknown` when the state is still unknown.
-pub fn encryption_rule(
-    state: &EncryptionState,
-    ever_encrypted: bool,
-) -> Result<RoomEncryption, ToolError> {
+/// matrix-sdk's `EncryptionState` as [`encryption_rule`] reads it.
+fn encryption_state(state: &EncryptionState) -> RoomEncryptionState {
     if state.is_encrypted() {
-        Ok(RoomEncryption::Encrypted)
+        RoomEncryptionState::Encrypted
     } else if state.is_unknown() {
-        Err(ToolError::EncryptionUnknown(
-            "the room's encryption state (m.room.encryption) is unknown, even after asking \
-             the homeserver: nothing was sent"
-                .into(),
-        ))
-    } else if ever_encrypted {
-        Err(ToolError::WouldSendPlaintext(
-            "the room was encrypted (its m.room.encryption event is in the store) but \
-             matrix-sdk now takes it as not encrypted (a state reset?): it would send in the \
-             clear, so nothing was sent"
-                .into(),
-        ))
+        RoomEncryptionState::Unknown
     } else {
-        Ok(RoomEncryption::Plain)
+        RoomEncryptionState::NotEncrypted
     }
 }
 
@@ -253,15 +128,7 @@ pub async fn ensure_encrypted_or_plain(room: &Room) -> Result<RoomEncryption, To
                 room.room_id()
             ))
         })?;
-    encryption_rule(&state, stored.is_some())
-}
-
-/// The refusal of a send that would carry `what` in the clear into an encrypted
-/// room: `would_send_plaintext`, naming why it cannot be encrypted.
-pub fn plaintext_refused(what: &str, why: &str) -> ToolError {
-    ToolError::WouldSendPlaintext(format!(
-        "the room is encrypted and {what} would be sent in the clear ({why}): nothing was sent"
-    ))
+    encryption_rule(encryption_state(&state), stored.is_some())
 }
 
 /// `m.text` content of one part exactly as the model judged it.
@@ -284,10 +151,11 @@ pub fn markdown_text(markdown: &str) -> AgentText {
     }
 }
 
-/// The relation of part `index` of a message: the first part replies to `reply_to`
-/// (within the thread when there is one); every part is in the thread of
-/// `thread_root`. `mention` is the replied-to event's sender, added to
-/// `m.mentions` when it is not the identity itself.
+/// `content` with the relation of one part of a message ([`part_relation`]): the
+/// first part replies to `reply_to` (within the thread when there is one); every
+/// part is in the thread of `thread_root`. `mention` is the replied-to event's
+/// sender, added to `m.mentions` of the part that replies (the caller leaves out
+/// the identity itself).
 pub fn with_relation(
     content: RoomMessageEventContentWithoutRelation,
     reply_to: Option<&OwnedEventId>,
@@ -295,17 +163,24 @@ pub fn with_relation(
     first: bool,
     mention: Option<OwnedUserId>,
 ) -> RoomMessageEventContent {
-    let reply_to = reply_to.filter(|_| first);
-    let mut content = content.with_relation(match (reply_to, thread_root) {
-        (Some(target), Some(root)) => Some(Relation::Thread(Thread::reply(
+    let relation = part_relation(reply_to, thread_root, first);
+    let replies = relation.replies_to().is_some();
+    let mut content = content.with_relation(match relation {
+        PartRelation::Thread {
+            root,
+            reply_to: Some(target),
+        } => Some(Relation::Thread(Thread::reply(
             root.clone(),
             target.clone(),
         ))),
-        (None, Some(root)) => Some(Relation::Thread(Thread::plain(root.clone(), root.clone()))),
-        (Some(target), None) => Some(Relation::Reply(Reply::new(InReplyTo::new(target.clone())))),
-        (None, None) => None,
+        PartRelation::Thread {
+            root,
+            reply_to: None,
+        } => Some(Relation::Thread(Thread::plain(root.clone(), root.clone()))),
+        PartRelation::Reply { to } => Some(Relation::Reply(Reply::new(InReplyTo::new(to.clone())))),
+        PartRelation::None => None,
     });
-    if let (Some(_), Some(user)) = (reply_to, mention) {
+    if let (true, Some(user)) = (replies, mention) {
         content.mentions = Some(Mentions::with_user_ids([user]));
     }
     content
@@ -344,8 +219,8 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             txn_id,
         } => {
             let room = room_of(identity, room)?;
-            let reply_to = reply_to.as_ref().map(event).transpose()?;
-            let thread_root = thread_root.as_ref().map(event).transpose()?;
+            let reply_to = reply_to.as_ref().map(event_id).transpose()?;
+            let thread_root = thread_root.as_ref().map(event_id).transpose()?;
             let mention = match &reply_to {
                 Some(target) => parent_sender(&room, target)
                     .await?
@@ -384,7 +259,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             let room = room_of(identity, room)?;
             let edit = room
                 .make_edit_event(
-                    &event(original)?,
+                    &event_id(original)?,
                     EditedContent::RoomMessage(text_content(text)),
                 )
                 .await
@@ -400,13 +275,8 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
         } => {
             let room = room_of(identity, room)?;
             let content =
-                ReactionEventContent::new(Annotation::new(event(relates_to)?, key.clone()));
-            if ensure_encrypted_or_plain(&room).await? == RoomEncryption::Encrypted {
-                return Err(plaintext_refused(
-                    "the reaction's key",
-                    "matrix-sdk 0.18 never encrypts m.reaction; reply with send_message instead",
-                ));
-            }
+                ReactionEventContent::new(Annotation::new(event_id(relates_to)?, key.clone()));
+            reaction_allowed(ensure_encrypted_or_plain(&room).await?)?;
             let response = room.send(content).await.map_err(matrix_error)?;
             Ok(sent(response.response.event_id))
         }
@@ -416,15 +286,9 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             reason,
         } => {
             let room = room_of(identity, room)?;
-            let redacts = event(redacts)?;
-            if reason.is_some()
-                && ensure_encrypted_or_plain(&room).await? == RoomEncryption::Encrypted
-            {
-                return Err(plaintext_refused(
-                    "the redaction's reason",
-                    "a redaction is never encrypted: the homeserver must read it; redact \
-                     without a reason",
-                ));
+            let redacts = event_id(redacts)?;
+            if reason.is_some() {
+                redaction_reason_allowed(ensure_encrypted_or_plain(&room).await?)?;
             }
             let response = room
                 .redact(&redacts, reason.as_deref(), None)
@@ -437,15 +301,14 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             room.send_single_receipt(
                 ReceiptType::Read,
                 ReceiptThread::Unthreaded,
-                event(event_id)?,
+                self::event_id(event_id)?,
             )
             .await
             .map_err(matrix_error)?;
             Ok(Written::default())
         }
         AgentWrite::Join { room } => {
-            let target = matrix_sdk::ruma::OwnedRoomOrAliasId::try_from(room.as_str())
-                .map_err(|e| ToolError::Invalid(format!("room {room:?}: {e}")))?;
+            let target = room_or_alias_id(room.as_str())?;
             let joined = identity
                 .client
                 .join_room_by_id_or_alias(&target, &[])
@@ -478,11 +341,6 @@ fn sent(event_id: OwnedEventId) -> Written {
         event_ids: vec![event_id.to_string()],
         room_id: None,
     }
-}
-
-fn user_id(user: &UserId) -> Result<OwnedUserId, ToolError> {
-    OwnedUserId::try_from(user.as_str())
-        .map_err(|e| ToolError::Invalid(format!("user_id {user:?}: {e}")))
 }
 
 /// The sender of `event_id` in `room`. Errors: `not_found` when the homeserver does
@@ -572,15 +430,13 @@ mod tests {
     }
 
     #[test]
-    fn a_room_that_is_or_was_encrypted_or_is_unknown_never_takes_plaintext() {
+    fn matrix_sdk_encryption_states_are_read_as_the_rule_reads_them() {
         use RoomEncryption::{Encrypted, Plain};
-        let rule = |state, ever| encryption_rule(&state, ever).map_err(|e| e.kind());
+        let rule =
+            |state, ever| encryption_rule(encryption_state(&state), ever).map_err(|e| e.kind());
         assert_eq!(rule(EncryptionState::Encrypted, true), Ok(Encrypted));
-        // matrix-sdk's state wins when it says encrypted (the event may not be stored
-        // yet when the state came from the homeserver's answer).
         assert_eq!(rule(EncryptionState::Encrypted, false), Ok(Encrypted));
         assert_eq!(rule(EncryptionState::NotEncrypted, false), Ok(Plain));
-        // A state reset: the homeserver lost m.room.encryption, the store has it.
         assert_eq!(
             rule(EncryptionState::NotEncrypted, true),
             Err("would_send_plaintext")
@@ -590,34 +446,6 @@ mod tests {
                 rule(EncryptionState::Unknown, ever),
                 Err("encryption_unknown")
             );
-        }
-        let refused = plaintext_refused("the reaction's key", "why");
-        assert_eq!(refused.kind(), "would_send_plaintext");
-        assert!(refused
-            .message()
-            .contains("the reaction's key would be sent in the clear (why)"));
-    }
-
-    #[test]
-    fn every_refusal_is_forbidden_and_names_its_rule() {
-        let write = AgentWrite::Reaction {
-            room: RoomId("!r:hs".into()),
-            relates_to: EventId("$p".into()),
-            key: "x".into(),
-        };
-        let id = mc_model::RequestId::parse("abcde").unwrap();
-        for (reason, says) in [
-            (DropReason::PromptTarget, "$p is a permission prompt"),
-            (DropReason::NotOwnMessage, "$p is not a message of @bot:hs"),
-            (
-                DropReason::NamesOpenRequest { request_id: id },
-                "names the open permission request abcde",
-            ),
-            (DropReason::LeavesPromptRoom, "a permission prompt waits"),
-        ] {
-            let error = refusal(&reason, &write, "@bot:hs");
-            assert_eq!(error.kind(), "forbidden");
-            assert!(error.message().contains(says), "{error}");
         }
     }
 }

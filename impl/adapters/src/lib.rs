@@ -6,10 +6,12 @@
 //! (`summary`), the Host and Origin guard (`origin`), what a POST body is before the
 //! MCP library reads it (`jsonrpc`), what the sync loop does about a timeline's gap
 //! and how a backfill ends (`gap`), how the sync loop waits and treats a failure
-//! (`sync`), the params of the notifications a session gets (`params`), and the
-//! engine's own rules for executing effects (`effects`). No network, no async, no
-//! clock. `mc_server` re-exports `config`, `decode`, `split` and `summary` under the
-//! same names.
+//! (`sync`), the params of the notifications a session gets (`params`), the
+//! engine's own rules for executing effects (`effects`), and what a write to Matrix
+//! decides without the network: the tool-error contract, refusals, the encryption
+//! rule (`write_rule`). No network, no async, no clock. `mc_server` re-exports
+//! `config`, `decode`, `split` and `summary` under the same names, and
+//! `mc_server::write` what it uses of `write_rule`.
 pub mod config;
 pub mod decode;
 pub mod device;
@@ -22,3 +24,4 @@ pub mod split;
 pub mod summary;
 pub mod sync;
 pub mod timeline;
+pub mod write_rule;

@@ -394,8 +394,23 @@ impl Claude {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        self.keys(&["Enter"]);
+        // Drawn is not yet listening: a key sent before the dialog reads its input is
+        // lost. Enter (its first option) is sent until the dialog is gone from the
+        // screen, again after each second it stays.
+        let mut sent: Option<Instant> = None;
+        while self.screen().contains("local development") {
+            if sent.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                self.keys(&["Enter"]);
+                sent = Some(Instant::now());
+            }
+            if start.elapsed() > START {
+                panic!(
+                    "Claude Code {}: the development-channels dialog did not take Enter within {START:?}",
+                    self.version
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         self.wait_debug(
             "the channel registered",
             "MCP server \"matrix\": Channel notifications registered",

@@ -136,12 +136,17 @@ impl Fixture {
     }
 
     /// A barrier on the server's sync: the human invites the bot to a fresh room and
-    /// waits until it joined. Events the human sent before are then in a sync batch the
-    /// server has handled (the invite came in the same batch or a later one); a short
-    /// pause covers the hand-off from the sync handlers to the core.
-    pub async fn sync_barrier(&self) {
+    /// waits until it joined; returns that room. The server hands each sync response
+    /// to the engine in order (timelines, then invites) and joins only once the engine
+    /// handled the invite, so every event the human sent before (in the invite's batch
+    /// or an earlier one) has been handled by the engine when the join shows; a
+    /// `/health` read through the engine's queue then confirms it caught up. The
+    /// server's own room list (`list_rooms`) may still lag its join by the join's
+    /// answer: wait for the room there when it matters.
+    pub async fn sync_barrier(&self) -> String {
         let room = self.human.create_room(&[&self.bot.user_id]).await;
         self.human.wait_joined(&room, &self.bot.user_id).await;
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        self.server.engine_caught_up().await;
+        room
     }
 }

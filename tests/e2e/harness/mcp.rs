@@ -4,6 +4,7 @@
 //! Every notification the client receives is kept in arrival order: a test takes them
 //! one by one (`next_notification`), or proves that none came (`expect_no_notification`).
 
+use super::server::engine_caught_up;
 use super::{repo_root, tail, WAIT};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -259,21 +260,23 @@ impl McpClient {
         Ok(connected)
     }
 
-    /// Opens a new session and waits until its event stream (the GET) is open, so that
-    /// the server has attached it before the test acts.
+    /// Opens a new session and waits until its event stream (the GET) is open and the
+    /// server's engine has taken the attach in, so that the session is attached before
+    /// the test acts.
     pub async fn connect(&self, url: &str, token: &str) -> Connected {
         let before = self.events_len();
         let connected = self
             .connect_raw(url, Some(token))
             .await
             .unwrap_or_else(|e| panic!("[{}] connect {url}: {e}", self.name));
-        self.wait_stream_open(before).await;
+        self.wait_stream_open(url, before).await;
         connected
     }
 
     /// Resumes the session `session_id` without initialize (as Claude Code does after
     /// a drop): the SDK transport's `sessionId` option, then a GET event stream,
-    /// with `Last-Event-ID` when `last_event_id` is given. Waits until the stream is open.
+    /// with `Last-Event-ID` when `last_event_id` is given. Waits until the stream is open
+    /// and the server's engine has taken the attach in.
     pub async fn resume(
         &self,
         url: &str,
@@ -292,7 +295,7 @@ impl McpClient {
             "lastEventId": last_event_id,
         }))
         .await?;
-        self.wait_stream_open(before).await;
+        self.wait_stream_open(url, before).await;
         Ok(())
     }
 
@@ -374,9 +377,11 @@ impl McpClient {
         self.events.lock().unwrap().len()
     }
 
-    /// Waits for a `GET` answered 200 among the events after index `from`, then lets
-    /// the server take the attach in (it has no observable signal of its own).
-    async fn wait_stream_open(&self, from: usize) {
+    /// Waits for a `GET` answered 200 among the events after index `from`, then until
+    /// the engine of the server at `url` handled the attach: the server queues it to
+    /// its engine before it answers the GET, and [`engine_caught_up`] returns once the
+    /// engine has handled every input queued before it.
+    async fn wait_stream_open(&self, url: &str, from: usize) {
         let mut seen = self.events_seen.clone();
         let found = tokio::time::timeout(WAIT, async {
             loop {
@@ -398,7 +403,7 @@ impl McpClient {
             self.name,
             self.events.lock().unwrap()
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        engine_caught_up(base_of(url)).await;
     }
 
     /// `tools/call`: the raw `CallToolResult`, or the error (for instance JSON-RPC
@@ -550,5 +555,14 @@ impl Drop for McpClient {
                 tail(&self.stderr.lock().unwrap_or_else(|e| e.into_inner()), 40)
             );
         }
+    }
+}
+
+/// `scheme://authority` of `url` (`http://127.0.0.1:8080/channel` → `http://127.0.0.1:8080`).
+fn base_of(url: &str) -> &str {
+    let authority = url.find("://").map_or(0, |i| i + 3);
+    match url[authority..].find('/') {
+        Some(i) => &url[..authority + i],
+        None => url,
     }
 }

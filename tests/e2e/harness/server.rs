@@ -6,7 +6,7 @@
 //! fails, the tail is printed. `MC_E2E_KEEP=1` keeps the directory.
 
 use super::homeserver::{homeserver, Account};
-use super::tail;
+use super::{tail, WAIT};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -439,6 +439,127 @@ impl Server {
     pub fn log_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
         tail(&text, n)
+    }
+
+    /// Waits until the server's log contains `text` (at most [`WAIT`]).
+    pub async fn wait_log(&self, text: &str) {
+        let start = std::time::Instant::now();
+        while !self.log_text().contains(text) {
+            assert!(
+                start.elapsed() < WAIT,
+                "serve.log never said {text:?}:\n{}",
+                self.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the engine has handled every input queued before this call
+    /// ([`engine_caught_up`] on this server).
+    pub async fn engine_caught_up(&self) {
+        engine_caught_up(&self.url("")).await;
+    }
+
+    /// The store directory (`store_dir` in the config).
+    pub fn store_dir(&self) -> PathBuf {
+        self.path.join("store")
+    }
+
+    /// Waits until the engine's journal (`journal.sqlite3` in the store: every input,
+    /// written before the model acts on it) holds an input that `pred` accepts, and
+    /// returns it (the input's JSON, as the model serializes `Input`). A server killed
+    /// after that restarts with the input handled. The journal is compacted into its
+    /// snapshot only every 10,000 inputs or 8 MiB, which no scenario reaches.
+    pub async fn wait_journaled(
+        &self,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let path = self.store_dir().join("journal.sqlite3");
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(input) = journal_inputs(&path).into_iter().find(|i| pred(i)) {
+                return input;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "the journal did not take {what} within {WAIT:?}; serve.log:\n{}",
+                self.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// What the store's sync position of `identity` covers: the last timeline event
+    /// handed to the model in each room (room id to event id), saved with the position
+    /// once the engine has handled a sync response's events.
+    pub fn handled_last_events(&self, identity: &str) -> BTreeMap<String, String> {
+        let db = rusqlite::Connection::open_with_flags(
+            self.store_dir().join("matrix-channel.sqlite3"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the store read-only");
+        let json: Option<String> = db
+            .query_row(
+                "SELECT json FROM matrix_sessions WHERE identity = ?1",
+                [identity],
+                |row| row.get(0),
+            )
+            .ok();
+        json.and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok())
+            .and_then(|v| serde_json::from_value(v["last_events"].clone()).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Every input in the journal at `path`, oldest first (none while it does not exist).
+fn journal_inputs(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let Ok(db) =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return Vec::new();
+    };
+    let Ok(mut rows) = db.prepare("SELECT input FROM journal ORDER BY seq") else {
+        return Vec::new();
+    };
+    rows.query_map([], |row| row.get::<_, String>(0))
+        .map(|rows| {
+            rows.filter_map(Result::ok)
+                .filter_map(|text| serde_json::from_str(&text).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until the engine of the server at `base` (`http://ADDR`, directly or through
+/// a proxy) has handled every input queued before this call: `GET /health` reads the
+/// engine through its queue (the read waits behind every queued input), and its body
+/// says `"engine_answers": false` when that read did not complete in time (then it is
+/// asked again). The status (200 or 503) is not looked at: a homeserver outage does
+/// not stop the engine.
+pub async fn engine_caught_up(base: &str) {
+    let client = reqwest::Client::new();
+    let start = std::time::Instant::now();
+    loop {
+        let answer = client
+            .get(format!("{base}/health"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        let body = match answer {
+            Ok(resp) => resp.json::<serde_json::Value>().await.ok(),
+            Err(_) => None,
+        };
+        if let Some(body) = &body {
+            if body["status"].is_string() && body["engine_answers"] != false {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{base}/health: the engine did not answer within {WAIT:?}; last body {body:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

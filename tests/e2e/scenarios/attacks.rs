@@ -236,8 +236,10 @@ async fn a_revoked_tokens_open_stream_ends_and_gets_nothing_more() {
         .to_owned();
     let revoke = f.server.cli(&["token", "revoke", &token_id], None).await;
     assert!(revoke.status.success(), "{revoke:?}");
-    // The server rechecks open streams every 2 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The server rechecks open streams every 2 s and says when it ends one.
+    f.server
+        .wait_log("a token was revoked: ending its open stream")
+        .await;
 
     let text = "after the revocation";
     let id = f.human.send_text(&f.room, text).await;
@@ -456,12 +458,7 @@ fn snapshot_database(store: &std::path::Path, to: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_matrix_store_had_but_the_model_did_not_is_delivered_after_a_crash() {
     let mut f = Fixture::start(|_| {}).await;
-    let store = f
-        .server
-        .config_path()
-        .parent()
-        .expect("the config's directory")
-        .join("store");
+    let store = f.server.store_dir();
     let (session, _) = f.channel("before").await;
     let text = "handled before the snapshot";
     let id = f.human.send_text(&f.room, text).await;
@@ -471,7 +468,17 @@ async fn a_message_the_matrix_store_had_but_the_model_did_not_is_delivered_after
     );
     session.close().await;
     f.sync_barrier().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The position saved with the handled sync covers that message (it is the room's
+    // last event handed over).
+    let start = std::time::Instant::now();
+    while f.server.handled_last_events(IDENTITY).get(&f.room) != Some(&id) {
+        assert!(
+            start.elapsed() < WAIT,
+            "the store's sync position did not reach {id} within {WAIT:?}: {:?}",
+            f.server.handled_last_events(IDENTITY)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The database as it was before the next message: what a crash leaves when the
     // Matrix SDK has stored a sync response but the engine has not yet handled its
     // events (the SDK stores its position before it runs the event handlers).

@@ -7,7 +7,6 @@ use crate::harness::expect::{
 };
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::{QUIET, WAIT};
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_prompt_survives_sigkill_and_its_verdict_reaches_the_session_when_it_reattaches()
@@ -26,20 +25,31 @@ async fn a_pending_prompt_survives_sigkill_and_its_verdict_reaches_the_session_w
         .as_str()
         .unwrap()
         .to_owned();
-    // The prompt is in the room; give the server a moment to record that it was posted
-    // (nothing a human sees says so). A kill inside that window is another test.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The prompt is in the room; wait until the server recorded that it was posted
+    // (nothing a human sees says so): the post's outcome, with the prompt's event id,
+    // is in the engine's journal. A kill before that is another test.
+    f.server
+        .wait_journaled("the prompt's post outcome", |input| {
+            input["type"] == "completed"
+                && input["outcome"]["outcome"] == "posted"
+                && input["outcome"]["event_id"] == prompt_id.as_str()
+        })
+        .await;
 
     f.server.kill9().await;
     // Claude Code keeps its session id and reconnects; the client here stops its own
     // retries and resumes explicitly below, after the answer.
     session.close().await;
     f.server.restart().await;
-    f.human.send_text(&f.room, &format!("yes {id}")).await;
-    // Let the restarted server take the answer in while the session is away (the test
-    // holds either way: the verdict waits for the session, or the answer is handled
-    // after it attached).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let yes = f.human.send_text(&f.room, &format!("yes {id}")).await;
+    // The restarted server takes the answer in while the session is away (its input,
+    // with the answer's event id, is in the engine's journal), so the verdict waits
+    // for the session.
+    f.server
+        .wait_journaled("the answer", |input| {
+            input["type"] == "message" && input["message"]["event_id"] == yes.as_str()
+        })
+        .await;
 
     session
         .resume(

@@ -10,7 +10,7 @@ use crate::harness::mcp::McpClient;
 use crate::harness::WAIT;
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// How long `serve` may take to exit after a signal before the test fails. The server
 /// promises 5 s; this bound only tells "exits" from "hangs" on a busy machine.
@@ -52,8 +52,16 @@ async fn attach_sessions(f: &Fixture) -> (McpClient, McpClient) {
     (channel, tools)
 }
 
+/// The interim answer HTTP/1.1 gives a request that asked `Expect: 100-continue`,
+/// once the server starts reading its body.
+const CONTINUE: &str = "HTTP/1.1 100 Continue\r\n\r\n";
+
 /// A tool call whose body never finishes arriving: the request is in flight (past
-/// authentication, rmcp waiting for the body) for as long as the connection stays.
+/// authentication, the server waiting for the body) for as long as the connection
+/// stays. It asks `Expect: 100-continue`, so the server's HTTP layer answers `100
+/// Continue` when the request's handler first reads the body, which is after
+/// authentication recorded the request as in flight; the body's start is sent after
+/// that answer.
 async fn stuck_request(f: &Fixture) -> tokio::net::TcpStream {
     let mut conn = tokio::net::TcpStream::connect(f.server.addr())
         .await
@@ -61,7 +69,7 @@ async fn stuck_request(f: &Fixture) -> tokio::net::TcpStream {
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-         Content-Length: 1000\r\n\r\n{{\"jsonrpc\": \"2.0\", ",
+         Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n",
         f.server.addr(),
         f.server.token(IDENTITY)
     );
@@ -69,22 +77,26 @@ async fn stuck_request(f: &Fixture) -> tokio::net::TcpStream {
         .await
         .expect("send the head");
     conn.flush().await.expect("flush");
-    // Let the server read the head and hand the request to rmcp.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut answer = vec![0u8; CONTINUE.len()];
+    tokio::time::timeout(WAIT, conn.read_exact(&mut answer))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "no 100 Continue within {WAIT:?}: the server never read the body; serve.log:\n{}",
+                f.server.log_tail(30)
+            )
+        })
+        .expect("read the interim answer");
+    assert_eq!(
+        String::from_utf8_lossy(&answer),
+        CONTINUE,
+        "the server's first answer to the stuck request"
+    );
+    conn.write_all(br#"{"jsonrpc": "2.0", "#)
+        .await
+        .expect("send the body's start");
+    conn.flush().await.expect("flush");
     conn
-}
-
-/// Waits until the server's log contains `text`.
-async fn wait_log(f: &Fixture, text: &str) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !f.server.log_text().contains(text) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "serve.log never said {text:?}:\n{}",
-            f.server.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +164,7 @@ async fn a_second_sigterm_during_the_shutdown_exits_at_once_with_143() {
     let _conn = stuck_request(&f).await;
 
     f.server.signal("TERM").await;
-    wait_log(&f, "shutting down").await;
+    f.server.wait_log("shutting down").await;
     f.server.signal("TERM").await;
     let status = f.server.wait_exit(EXIT_BOUND).await;
     assert_eq!(

@@ -131,7 +131,8 @@ async fn over_stdio_a_session_gets_pushes_tools_and_verdicts_and_closing_stdin_e
     let initialized = client.wait_stderr("initialized session=", WAIT).await;
     let session = log_field(&initialized, "session").expect("the session in the log");
     client.wait_stderr("the event stream is open", WAIT).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server queued the attach before it answered the bridge's GET.
+    f.server.engine_caught_up().await;
     let label = format!("stdio (pid {pid})");
     assert!(
         token_list(&f.server).await.contains(&label),
@@ -423,7 +424,8 @@ async fn over_stdio_bad_lines_and_server_discover_get_the_http_answers_and_sigte
 
     // The event stream: a person's message is one line.
     raw.wait_stderr("the event stream is open").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server queued the attach before it answered the bridge's GET.
+    f.server.engine_caught_up().await;
     let hello = f.human.send_text(&f.room, "hello, raw").await;
     let push = raw.next().await;
     assert_eq!(push["method"], "notifications/claude/channel", "{push}");
@@ -554,8 +556,9 @@ async fn without_a_running_serve_stdio_exits_1_saying_to_start_it_and_touches_no
 }
 
 /// `initialize` and `notifications/initialized` over raw lines; waits for the
-/// bridge's event stream. Returns the session id the bridge logged.
-async fn raw_session(raw: &mut Raw) -> String {
+/// bridge's event stream and for `server`'s engine to have taken the attach in.
+/// Returns the session id the bridge logged.
+async fn raw_session(raw: &mut Raw, server: &Server) -> String {
     raw.send(
         &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -568,7 +571,8 @@ async fn raw_session(raw: &mut Raw) -> String {
     raw.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
         .await;
     raw.wait_stderr("the event stream is open").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server queued the attach before it answered the bridge's GET.
+    server.engine_caught_up().await;
     let stderr = raw.stderr();
     let line = stderr
         .lines()
@@ -583,7 +587,7 @@ async fn over_stdio_a_server_restart_loses_no_push_and_a_deleted_session_ends_th
     f.server.pin_listen();
     let mut raw = Raw::spawn(&f.server);
     let label = format!("stdio (pid {})", raw.pid());
-    let session = raw_session(&mut raw).await;
+    let session = raw_session(&mut raw, &f.server).await;
     let first = f.human.send_text(&f.room, "before the restart").await;
     let push = raw.next().await;
     assert_eq!(

@@ -71,7 +71,8 @@ async fn every_push_arrives_once_across_a_cut_stream_and_after_idling_past_the_l
     session.expect_no_notification(QUIET).await;
 
     // Idle well past the limit (and past the SDK's reconnect delay); the next push
-    // still arrives, once.
+    // still arrives, once. Not a barrier: the behaviour under test is the passing of
+    // time (the session's idle limit, `session_idle_secs`), so real time passes.
     tokio::time::sleep(Duration::from_secs(3 * IDLE_SECS)).await;
     let (five, origin) = said(&f, "after idling").await;
     assert_push_maybe_replayed(

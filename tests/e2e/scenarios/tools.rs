@@ -289,9 +289,18 @@ async fn each_mount_lists_exactly_its_tools_annotated_and_whoami_and_list_rooms_
             .cloned()
     })
     .await;
-    // The human's invite to a fresh room is taken after the stranger's was seen.
-    f.sync_barrier().await;
-    let rooms = mcp.call_ok("list_rooms", json!({})).await;
+    // The human's invite to a fresh room is taken after the stranger's was seen; the
+    // bot's room list shows it joined once the join's answer is in.
+    let barrier = f.sync_barrier().await;
+    let rooms = eventually("the barrier's room joined in list_rooms", async || {
+        let rooms = mcp.call_ok("list_rooms", json!({})).await;
+        rooms["joined"]
+            .as_array()?
+            .iter()
+            .any(|r| r["room_id"] == barrier.as_str())
+            .then_some(rooms)
+    })
+    .await;
     let fixture_room = json!({
         "room_id": f.room,
         "name": room_name(&f.human, &f.room).await,
