@@ -233,7 +233,7 @@ impl Meter {
 }
 
 /// The engine's warning when a push to a session did not finish in time
-/// (`NOTIFY_TIMEOUT` in `impl/src/engine.rs`).
+/// (`NOTIFY_TIMEOUT` in `impl/src/engine/queues.rs`).
 const NOTIFY_TIMEOUT_LOG: &str = "writing to the session took over";
 
 /// How many times the server's log says a push to a session timed out so far.

@@ -36,7 +36,7 @@ pub enum SyncState {
     Starting,
     /// The last sync succeeded.
     Syncing,
-    /// The last sync failed; the loop retries (see `matrix::Retry`).
+    /// The last sync failed; the loop retries (see `mc_adapters::sync::Retry`).
     Retrying,
     /// The homeserver rejected the access token (`M_UNKNOWN_TOKEN`; `soft_logout`
     /// as the homeserver said): the loop stopped. `matrix-channel login --identity

@@ -1,17 +1,22 @@
 //! The pure parts of the matrix-channel server, in a crate of their own so that
-//! mutation testing rebuilds only them: raw events to model inputs (`decode`), the
-//! config file and its validation (`config`), long messages into parts (`split`) whose
-//! content fits an event (`fit`), what the read tools return for an event
-//! (`summary`), the Host and Origin guard (`origin`), what a POST body is before the
-//! MCP library reads it and what a JSON-RPC message is (`jsonrpc`), what the sync loop
-//! does about a timeline's gap (`gap`), the params of the notifications a session gets
-//! (`params`), the lines and headers of the stdio bridge (`stdio`), and what a write to
-//! Matrix decides without the network: the tool-error contract, refusals, the
-//! encryption rule (`write_rule`). No network, no async.
-//! `mc_server` re-exports the four modules under the same names, and
+//! mutation testing rebuilds only them: raw events to model inputs (`decode`), a
+//! decoded timeline event as its model input (`timeline`), the sender's device in the
+//! model's terms (`device`), the config file and its validation (`config`), long
+//! messages into parts (`split`) whose content fits an event (`fit`), what the read
+//! tools return for an event (`summary`), the Host and Origin guard (`origin`), what a
+//! POST body is before the MCP library reads it and what a JSON-RPC message is
+//! (`jsonrpc`), what the sync loop does about a timeline's gap and how a backfill ends
+//! (`gap`), how the sync loop waits and treats a failure (`sync`), the params of the
+//! notifications a session gets (`params`), the engine's own rules for executing
+//! effects (`effects`), the lines and headers of the stdio bridge (`stdio`), and what
+//! a write to Matrix decides without the network: the tool-error contract, refusals,
+//! the encryption rule (`write_rule`). No network, no async, no clock. `mc_server`
+//! re-exports `config`, `decode`, `fit`, `split` and `summary` under the same names, and
 //! `mc_server::write` what it uses of `write_rule`.
 pub mod config;
 pub mod decode;
+pub mod device;
+pub mod effects;
 pub mod fit;
 pub mod gap;
 pub mod jsonrpc;
@@ -20,4 +25,6 @@ pub mod params;
 pub mod split;
 pub mod stdio;
 pub mod summary;
+pub mod sync;
+pub mod timeline;
 pub mod write_rule;

@@ -1,0 +1,202 @@
+//! The engine's own rules for executing the model's effects: the order of the
+//! wire calls and what their results are as model inputs. Which effect is made, to
+//! whom, and what a result changes is the model's; here is only the room lane a
+//! write runs in ([`write_lane`]), how a failed notification fails its session's queue
+//! behind it ([`QueueFailure`]), the transaction id of a prompt post
+//! ([`prompt_txn_id`]), an effect's result as its [`Input::Completed`] ([`completed`],
+//! [`posted`]), and how long the engine sleeps until the model's next deadline
+//! ([`tick_wait`]).
+
+use mc_model::{AgentWrite, EffectId, EventId, Input, Millis, Outcome, RoomId};
+use std::time::Duration;
+
+/// The room lane an agent's write runs in: its room (for a join, the id or alias it
+/// names). Sends of one lane run one after another in the model's order.
+pub fn write_lane(write: &AgentWrite) -> RoomId {
+    match write {
+        AgentWrite::Message { room, .. }
+        | AgentWrite::Edit { room, .. }
+        | AgentWrite::Reaction { room, .. }
+        | AgentWrite::Redaction { room, .. }
+        | AgentWrite::Receipt { room, .. }
+        | AgentWrite::Leave { room }
+        | AgentWrite::Invite { room, .. } => room.clone(),
+        AgentWrite::Join { room } => RoomId(room.clone()),
+    }
+}
+
+/// Which notifications of one session's queue are written. Once a notification
+/// fails, every one queued behind it in the same attachment fails without being
+/// written (the model then puts them back in its queue in order, behind the failed
+/// one), so the session never sees a later event without the earlier one; a
+/// notification queued after the session attached again is written. Attachments are
+/// counted by the queue from the model's inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueFailure {
+    failed_in: Option<u64>,
+}
+
+impl QueueFailure {
+    /// Whether a notification queued in `attachment` is written; `false`: it fails
+    /// unwritten.
+    pub fn writes(&self, attachment: u64) -> bool {
+        self.failed_in != Some(attachment)
+    }
+
+    /// A notification queued in `attachment` failed (written or not).
+    pub fn failed(&mut self, attachment: u64) {
+        self.failed_in = Some(attachment);
+    }
+}
+
+/// The transaction id of a prompt post: the effect's id, so the post the model
+/// issues again after a restart is the same transaction (the homeserver sends it
+/// once).
+pub fn prompt_txn_id(id: EffectId) -> String {
+    format!("mc-prompt-{}", id.0)
+}
+
+/// The outcome of a send that yields nothing (a push, a verdict, a join) as an input.
+pub fn completed(id: EffectId, result: Result<(), String>) -> Input {
+    Input::Completed {
+        id,
+        outcome: match result {
+            Ok(()) => Outcome::Sent,
+            Err(reason) => Outcome::Failed { reason },
+        },
+    }
+}
+
+/// The outcome of a prompt post (the prompt's event id) as an input.
+pub fn posted(id: EffectId, result: Result<EventId, String>) -> Input {
+    Input::Completed {
+        id,
+        outcome: match result {
+            Ok(event_id) => Outcome::Posted { event_id },
+            Err(reason) => Outcome::Failed { reason },
+        },
+    }
+}
+
+/// How long the engine waits for its next input before it hands the model a tick:
+/// until the model's next deadline (at once when it is past), or an hour when the
+/// model has none.
+pub fn tick_wait(next_deadline: Option<Millis>, now: Millis) -> Duration {
+    match next_deadline {
+        Some(at) => Duration::from_millis(at.saturating_sub(now)),
+        None => Duration::from_secs(3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mc_model::{AgentText, UserId};
+
+    #[test]
+    fn an_agent_write_runs_in_the_lane_of_its_room_and_a_join_in_the_room_it_names() {
+        let room = RoomId("!r:hs".into());
+        let writes = [
+            AgentWrite::Message {
+                room: room.clone(),
+                parts: vec![AgentText::plain("hi")],
+                reply_to: None,
+                thread_root: None,
+                txn_id: "t".into(),
+            },
+            AgentWrite::Edit {
+                room: room.clone(),
+                original: EventId("$e".into()),
+                original_sender: UserId("@bot:hs".into()),
+                text: AgentText::plain("hi"),
+            },
+            AgentWrite::Reaction {
+                room: room.clone(),
+                relates_to: EventId("$e".into()),
+                key: "👍".into(),
+            },
+            AgentWrite::Redaction {
+                room: room.clone(),
+                redacts: EventId("$e".into()),
+                reason: None,
+            },
+            AgentWrite::Receipt {
+                room: room.clone(),
+                event_id: EventId("$e".into()),
+            },
+            AgentWrite::Leave { room: room.clone() },
+            AgentWrite::Invite {
+                room: room.clone(),
+                user: UserId("@ann:hs".into()),
+            },
+        ];
+        for write in &writes {
+            assert_eq!(write_lane(write), room, "{write:?}");
+        }
+        let join = AgentWrite::Join {
+            room: "#lobby:hs".into(),
+        };
+        assert_eq!(write_lane(&join), RoomId("#lobby:hs".into()));
+    }
+
+    #[test]
+    fn behind_a_failed_notification_its_attachment_fails_unwritten_and_the_next_is_written() {
+        let mut queue = QueueFailure::default();
+        assert!(queue.writes(0) && queue.writes(1), "nothing failed yet");
+        queue.failed(1);
+        assert!(!queue.writes(1), "queued behind the failure");
+        assert!(queue.writes(2), "after the session attached again");
+        queue.failed(2);
+        assert!(!queue.writes(2));
+    }
+
+    #[test]
+    fn a_prompt_post_is_the_transaction_of_its_effect_id() {
+        assert_eq!(prompt_txn_id(EffectId(42)), "mc-prompt-42");
+    }
+
+    #[test]
+    fn a_result_is_the_completed_input_of_its_effect() {
+        assert_eq!(
+            completed(EffectId(3), Ok(())),
+            Input::Completed {
+                id: EffectId(3),
+                outcome: Outcome::Sent
+            }
+        );
+        assert_eq!(
+            completed(EffectId(3), Err("closed".into())),
+            Input::Completed {
+                id: EffectId(3),
+                outcome: Outcome::Failed {
+                    reason: "closed".into()
+                }
+            }
+        );
+        assert_eq!(
+            posted(EffectId(4), Ok(EventId("$p".into()))),
+            Input::Completed {
+                id: EffectId(4),
+                outcome: Outcome::Posted {
+                    event_id: EventId("$p".into())
+                }
+            }
+        );
+        assert_eq!(
+            posted(EffectId(4), Err("502".into())),
+            Input::Completed {
+                id: EffectId(4),
+                outcome: Outcome::Failed {
+                    reason: "502".into()
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn the_engine_sleeps_until_the_next_deadline_or_an_hour_without_one() {
+        assert_eq!(tick_wait(Some(1_500), 1_000), Duration::from_millis(500));
+        assert_eq!(tick_wait(Some(1_000), 1_500), Duration::ZERO);
+        assert_eq!(tick_wait(None, 1_000), Duration::from_secs(3600));
+    }
+}

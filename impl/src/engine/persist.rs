@@ -1,0 +1,211 @@
+//! Where the engine keeps its state ([`Persist`]): the journal ([`JournalPersist`]),
+//! or nothing ([`NoPersist`], for tests). Every input is made durable before the
+//! model acts on it.
+
+use crate::journal::Journal;
+use mc_model::{Channel, Input, Millis};
+
+/// Where the engine keeps its state: every input is made durable before the model
+/// acts on it ([`Persist::append`]), so a crash loses no input the engine took.
+pub trait Persist: Send + Sync + 'static {
+    /// Makes `input`, about to be handed to the model at `now`, durable. The engine
+    /// acts on no input this did not take: on an error it logs it and stops.
+    /// Errors: a reason for the log.
+    fn append(&mut self, now: Millis, input: &Input) -> Result<(), String>;
+    /// Makes `channel`, the state the engine starts from, durable: the inputs that
+    /// follow are appended to it. Called once, before the first input.
+    /// Errors: a reason for the log; the engine then takes no input.
+    fn begin(&mut self, _channel: &Channel) -> Result<(), String> {
+        Ok(())
+    }
+    /// Called after the model handled an input; `channel` is the state after it.
+    fn handled(&mut self, _channel: &Channel) {}
+    /// Makes `channel` durable before the engine stops.
+    fn flush(&mut self, _channel: &Channel) {}
+}
+
+/// Persists into the journal ([`crate::journal`]): an append per input, a snapshot
+/// when its policy asks and at a clean stop. (The mutex makes it `Sync`: only the
+/// engine task ever locks it.)
+pub struct JournalPersist(std::sync::Mutex<Journal>);
+
+impl JournalPersist {
+    pub fn new(journal: Journal) -> Self {
+        JournalPersist(std::sync::Mutex::new(journal))
+    }
+
+    fn journal(&mut self) -> &mut Journal {
+        self.0.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Persist for JournalPersist {
+    fn begin(&mut self, channel: &Channel) -> Result<(), String> {
+        self.journal().snapshot(channel).map_err(|e| e.to_string())
+    }
+
+    fn append(&mut self, now: Millis, input: &Input) -> Result<(), String> {
+        self.journal().append(now, input).map_err(|e| e.to_string())
+    }
+
+    fn handled(&mut self, channel: &Channel) {
+        let journal = self.journal();
+        if journal.snapshot_due() {
+            if let Err(e) = journal.snapshot(channel) {
+                tracing::error!(
+                    "writing a snapshot of the model state failed (the journal keeps every \
+                     input, and grows until a snapshot succeeds): {e}"
+                );
+            }
+        }
+    }
+
+    fn flush(&mut self, channel: &Channel) {
+        match self.journal().snapshot(channel) {
+            Ok(()) => tracing::info!("the model state is snapshotted and the journal is empty"),
+            Err(e) => tracing::error!(
+                "the snapshot at shutdown failed: the next start replays the journal: {e}"
+            ),
+        }
+    }
+}
+
+/// Keeps nothing (tests).
+pub struct NoPersist;
+
+impl Persist for NoPersist {
+    fn append(&mut self, _: Millis, _: &Input) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::fake::*;
+    use crate::engine::{spawn, EngineHandle};
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    /// Logs every append as `append <input type> after <n> pushes`, and refuses
+    /// appends once `refuse_from` were taken.
+    struct LogPersist {
+        wire: Arc<FakeWire>,
+        log: Arc<Mutex<Vec<String>>>,
+        refuse_from: Option<usize>,
+    }
+
+    impl Persist for LogPersist {
+        fn append(&mut self, _: Millis, input: &Input) -> Result<(), String> {
+            let mut log = self.log.lock().unwrap();
+            if self.refuse_from.is_some_and(|n| log.len() >= n) {
+                return Err("disk full".into());
+            }
+            let value = serde_json::to_value(input).unwrap();
+            let pushes = self.wire.notified.lock().unwrap().len();
+            log.push(format!(
+                "append {} after {pushes} pushes",
+                value["type"].as_str().unwrap()
+            ));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn every_input_reaches_the_journal_before_the_model_acts_on_it() {
+        let wire = Arc::new(FakeWire::default());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let persist = LogPersist {
+            wire: wire.clone(),
+            log: log.clone(),
+            refuse_from: None,
+        };
+        let (engine, _task) = spawn(channel(), wire.clone(), persist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        settle(&engine).await;
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "append restarted after 0 pushes",
+                "append attach after 0 pushes",
+                "append message after 0 pushes",
+                "append completed after 1 pushes",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_input_the_journal_refuses_is_not_acted_on_and_the_engine_stops() {
+        let wire = Arc::new(FakeWire::default());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let persist = LogPersist {
+            wire: wire.clone(),
+            log: log.clone(),
+            refuse_from: Some(2),
+        };
+        let (engine, task) = spawn(channel(), wire.clone(), persist, clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        let _ = engine.read(|_| ()).await;
+        task.await.unwrap();
+        assert!(wire.notified.lock().unwrap().is_empty(), "nothing pushed");
+        assert_eq!(log.lock().unwrap().len(), 2, "Restarted and Attach only");
+        assert!(engine.read(|_| ()).await.is_err(), "the engine stopped");
+    }
+
+    struct TempDir(std::path::PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn journal_in(dir: &TempDir) -> JournalPersist {
+        JournalPersist::new(Journal::open(&dir.0, Default::default()).unwrap())
+    }
+
+    /// SIGKILL: the engine task ends where it is; the next one starts from what the
+    /// journal holds, as `serve` does.
+    async fn crash_and_restart(
+        dir: &TempDir,
+        task: tokio::task::JoinHandle<()>,
+        wire: Arc<FakeWire>,
+    ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
+        task.abort();
+        let _ = task.await;
+        let mut journal = Journal::open(&dir.0, Default::default()).unwrap();
+        let (channel, recovery) = crate::journal::recover_channel(&mut journal, None).unwrap();
+        assert_eq!(recovery.set_aside, 0);
+        spawn(channel, wire, JournalPersist::new(journal), clock)
+    }
+
+    #[tokio::test]
+    async fn a_crash_after_an_input_is_journaled_delivers_its_push_exactly_once_after_restart() {
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("mc-journal-{}", rand::random::<u64>())));
+        // The first process pushes $m1 to s1, whose client never reads: the push is
+        // cut by the crash, after the message reached the journal.
+        let hung = Arc::new(FakeWire::default());
+        hung.hanging.lock().unwrap().push("s1".into());
+        let (engine, task) = spawn(channel(), hung.clone(), journal_in(&dir), clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hello")).unwrap();
+        while !hung.calls.lock().unwrap().contains(&"hung s1".to_owned()) {
+            tokio::task::yield_now().await;
+        }
+        // The second process: the message is owed, and pushed once to the next session.
+        let wire = Arc::new(FakeWire::default());
+        let (engine, task) = crash_and_restart(&dir, task, wire.clone()).await;
+        engine.submit(attach("s2")).unwrap();
+        settle(&engine).await;
+        let pushed = pushed(&wire);
+        assert_eq!(pushed, [("s2".to_owned(), json!("$m1"))]);
+        // The third process: that push's outcome was journaled, so nothing is owed.
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = crash_and_restart(&dir, task, wire.clone()).await;
+        engine.submit(attach("s3")).unwrap();
+        settle(&engine).await;
+        assert!(wire.notified.lock().unwrap().is_empty(), "pushed twice");
+    }
+}
