@@ -144,7 +144,7 @@ pub struct TokenInfo {
     pub created_at: i64,
 }
 
-/// One stored SSE event (see [`crate::http::events`]).
+/// One stored SSE event (see [`crate::http::SqliteEventStore`]).
 #[derive(Clone, Debug)]
 pub struct StoredEvent {
     pub id: i64,
