@@ -921,6 +921,13 @@ struct PromptRec {
     plain: String,
     /// The `handle` call after which the core held it no more.
     retired: Option<u64>,
+    /// The last `handle` call that edited it after it retired (a verdict that reached
+    /// its session after the prompt was evicted or replaced). The core remembers the
+    /// message again then if it had forgotten it (the scenario
+    /// `a_verdict_shown_on_an_evicted_prompt_already_forgotten_remembers_it_again`),
+    /// which may push out a message retired after it; whether it had, the world does
+    /// not always know, so this counts only against the other messages.
+    shown_again: Option<u64>,
     /// Posted by a post a restart issued again.
     reissued: bool,
 }
@@ -1805,7 +1812,12 @@ impl World {
         let since = self
             .prompts
             .iter()
-            .filter(|p| p.ident == i && p.message != *message && p.retired.is_some_and(|r| r >= at))
+            .filter(|p| {
+                p.ident == i
+                    && p.message != *message
+                    && (p.retired.is_some_and(|r| r >= at)
+                        || p.shown_again.is_some_and(|r| r >= at))
+            })
             .count();
         since < self.configs[i].prompt_memory
     }
@@ -2716,6 +2728,7 @@ impl World {
                 issued: *issued,
                 plain: plain.clone(),
                 retired: None,
+                shown_again: None,
                 reissued: self.reissued_ever.contains(&id),
             }),
             // The invite is pending again, unless the room moved on meanwhile (the
@@ -2819,6 +2832,14 @@ impl World {
             })
             .collect();
         for rec in &mut self.prompts {
+            if rec.retired.is_some()
+                && effects.iter().any(|e| {
+                    matches!(e, Effect::EditPrompt { identity, event_id, .. }
+                        if *identity == ident_id(rec.ident) && *event_id == rec.message)
+                })
+            {
+                rec.shown_again = Some(self.handled);
+            }
             if rec.retired.is_none() && !held[rec.ident].contains(&rec.message) {
                 rec.retired = Some(self.handled);
             }
