@@ -4,7 +4,7 @@
 //! a session's request through the MCP handler's reading, a tool's write through the
 //! engine's `write`.
 
-use super::{InProcess, MemRoom, NOW};
+use super::{InProcess, NOW};
 use crate::alphabet::Adapter;
 use crate::world::{
     AgentOp, BadRequest, Change, Ident, Key, Observation, Odd, Redactor, Rel, Rid, Sel, Sess, Text,
@@ -12,7 +12,6 @@ use crate::world::{
 };
 use mc_model::{AgentText, AgentWrite, EventId, Input};
 use mc_server::engine::WriteAnswer;
-use mc_server::matrix::timeline_input;
 use mc_server::write::markdown_text;
 
 impl Adapter for InProcess {
@@ -186,18 +185,7 @@ impl Adapter for InProcess {
         let t = world
             .redeliverable_sel(*target)
             .ok_or("no event to deliver again")?;
-        let ev = &world.events[t];
-        let json = ev.json();
-        let room = MemRoom {
-            id: ev.room.clone(),
-            wire: &self.wire,
-        };
-        let input = self.rt.block_on(timeline_input(
-            &ev.ident.id(),
-            &room,
-            &json.to_string(),
-            mc_model::DeviceTrust::PlaintextRoom,
-        ));
+        let input = self.adapt(&world.events[t]);
         self.submit(input)
     }
 

@@ -202,16 +202,7 @@ impl InProcess {
     fn hand_exactly(&self, world: &World, i: usize) -> Result<(), String> {
         let ev: &Ev = &world.events[i];
         let json = ev.json();
-        let room = MemRoom {
-            id: ev.room.clone(),
-            wire: &self.wire,
-        };
-        let input = self.rt.block_on(timeline_input(
-            &ev.ident.id(),
-            &room,
-            &json.to_string(),
-            mc_model::DeviceTrust::PlaintextRoom,
-        ));
+        let input = self.adapt(ev);
         if ev.input.as_ref() != Some(&input) {
             return Err(format!(
                 "the adapter made {json} into {input:?}, the reference {:?}",
@@ -219,6 +210,21 @@ impl InProcess {
             ));
         }
         self.submit(input)
+    }
+
+    /// What the server's adapter makes of world event `ev` as the sync hands it
+    /// over (`timeline_input` against the in-memory room, a clear event).
+    fn adapt(&self, ev: &Ev) -> Input {
+        let room = MemRoom {
+            id: ev.room.clone(),
+            wire: &self.wire,
+        };
+        self.rt.block_on(timeline_input(
+            &ev.ident.id(),
+            &room,
+            &ev.json().to_string(),
+            mc_model::DeviceTrust::PlaintextRoom,
+        ))
     }
 
     /// What the server did since the last call.
@@ -247,16 +253,7 @@ impl InProcess {
             let mut net = self.wire.net.lock().unwrap();
             net.events.push(json.clone());
         }
-        let room = MemRoom {
-            id: ev.room.clone(),
-            wire: &self.wire,
-        };
-        let input = self.rt.block_on(timeline_input(
-            &ev.ident.id(),
-            &room,
-            &json.to_string(),
-            mc_model::DeviceTrust::PlaintextRoom,
-        ));
+        let input = self.adapt(ev);
         match input {
             Input::NotInput { what, .. } => {
                 Err(format!("the adapter took {json} as no input: {what}"))
