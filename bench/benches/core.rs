@@ -61,7 +61,7 @@ use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use mc_model::{
     Channel, Effect, EffectId, EventId, IdentityConfig, Input, Message, MessageContent, Millis,
     MsgType, NewContent, Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation,
-    ReplyTo, RequestId, UserId,
+    ReplyTo, RequestId, Timestamp, UserId,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -99,7 +99,7 @@ const MALLORY: &str = "@mallory:evil.example";
 const SESSION: &str = "3f6c2a9e-5b1d-4c8e-9a47-0d2e6b8f1c35";
 const ROOM: &str = "!ZCB3SX-vTJ0vaZqG9V0gVB1stvnbeGnFk0XPn6pPYbc";
 /// The clock at the start of the trace (2026-11-29, like a real `origin_server_ts`).
-const START: Millis = 1_795_991_839_700;
+const START: Timestamp = Timestamp(1_795_991_839_700);
 /// Time between two Matrix events of the trace, ms.
 const STEP: Millis = 400;
 
@@ -362,7 +362,7 @@ fn model_check(scope: Scope, bounded: bool) -> CheckRun {
 /// time it is handled at.
 struct Trace {
     start: Channel,
-    inputs: Vec<(Millis, Input)>,
+    inputs: Vec<(Timestamp, Input)>,
     /// What the recording got back for each input, to check a replay against.
     effects: Vec<Vec<Effect>>,
 }
@@ -477,7 +477,7 @@ fn kind(input: &Input) -> &'static str {
         Input::AgentWrite { .. } => "agent writes",
         Input::Restarted => "restarts",
         Input::Membership { .. } => "memberships",
-        Input::NotInput { .. } => "events that are no input",
+        Input::Unhandled { .. } => "events that are no input",
         Input::Undecryptable { .. } => "undecryptable events",
         Input::GapCut { .. } => "sync gaps cut",
     }
@@ -560,8 +560,8 @@ const FORMATTED: &str = "Please <strong>rename</strong> <code>handle_input</code
 /// carries an id right after the input that produced it.
 struct Recorder {
     channel: Channel,
-    now: Millis,
-    inputs: Vec<(Millis, Input)>,
+    now: Timestamp,
+    inputs: Vec<(Timestamp, Input)>,
     effects: Vec<Vec<Effect>>,
     /// Outcomes to report before the next Matrix event.
     pending: VecDeque<(EffectId, Outcome)>,
@@ -606,7 +606,7 @@ impl Recorder {
     }
 
     /// The next Matrix event happens [`STEP`] later.
-    fn step(&mut self) -> Millis {
+    fn step(&mut self) -> Timestamp {
         self.now += STEP;
         self.now
     }
@@ -665,7 +665,7 @@ impl Recorder {
         });
     }
 
-    fn tick(&mut self, at: Millis) {
+    fn tick(&mut self, at: Timestamp) {
         self.now = self.now.max(at);
         self.handle(Input::Tick);
     }

@@ -60,7 +60,7 @@ pub fn seeded_state(
     let handle = |channel: &mut Channel, now: u64, input: Input| -> anyhow::Result<()> {
         let mut pending = vec![input];
         while let Some(input) = pending.pop() {
-            for effect in channel.handle(now, input) {
+            for effect in channel.handle(mc_model::Timestamp(now), input) {
                 match effect {
                     Effect::Push { id, .. } => pending.push(Input::Completed {
                         id,
@@ -101,7 +101,7 @@ pub fn seeded_state(
             event_id: EventId(format!("$bench-seed-{entries}-{i}")),
             sender: UserId(sender.to_owned()),
             sender_name: Some("Ann".to_owned()),
-            origin_server_ts: now,
+            origin_server_ts: mc_model::Timestamp(now),
             content: Some(MessageContent {
                 msgtype: MsgType::Text,
                 body: format!(

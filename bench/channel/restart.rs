@@ -138,7 +138,7 @@ fn write_journal(dir: &Path, inputs: u64) -> anyhow::Result<Channel> {
             session: SessionId("bench-restart-session".to_owned()),
         },
     ] {
-        channel.handle(start, input);
+        channel.handle(mc_model::Timestamp(start), input);
     }
     let mut journal = Journal::open(dir, policy())?;
     journal.snapshot(&channel)?;
@@ -161,7 +161,7 @@ fn write_journal(dir: &Path, inputs: u64) -> anyhow::Result<Channel> {
                         event_id: EventId(format!("$bench-restart-{message}")),
                         sender: ann.clone(),
                         sender_name: Some("Ann".to_owned()),
-                        origin_server_ts: now,
+                        origin_server_ts: mc_model::Timestamp(now),
                         content: Some(MessageContent {
                             msgtype: MsgType::Text,
                             body: format!(
@@ -176,9 +176,9 @@ fn write_journal(dir: &Path, inputs: u64) -> anyhow::Result<Channel> {
                 }
             }
         };
-        journal.append(now, &input)?;
+        journal.append(mc_model::Timestamp(now), &input)?;
         appended += 1;
-        for effect in channel.handle(now, input) {
+        for effect in channel.handle(mc_model::Timestamp(now), input) {
             match effect {
                 Effect::Push { id, .. } => outcomes.push(id),
                 Effect::Dropped { reason, .. } => {

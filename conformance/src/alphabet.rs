@@ -104,10 +104,10 @@ alphabet! {
     /// number `room`: it left (or was kicked), or `by` invites it (an allowed
     /// sender's invite is joined, a stranger's never).
     Membership { ident: Ident, room: u8, change: Change } => membership,
-    /// `Input::NotInput`: `sender` puts a timeline event that is no input in the
+    /// `Input::Unhandled`: `sender` puts a timeline event that is no input in the
     /// identity's room number `room` (a state event, another event type, a malformed
     /// reaction).
-    NotInput { ident: Ident, sender: Who, room: u8, kind: Odd } => not_input,
+    Unhandled { ident: Ident, sender: Who, room: u8, kind: Odd } => unhandled,
     /// `Input::Undecryptable`: `sender`'s event in the identity's room number `room`
     /// arrives as an `m.room.encrypted` the server cannot decrypt (no room key for its
     /// Megolm session has reached the identity's device).
@@ -139,7 +139,7 @@ pub fn kind_of(input: &Input) -> ActionKind {
         Input::Tick => ActionKind::Tick,
         Input::Restarted => ActionKind::Restart,
         Input::Membership { .. } => ActionKind::Membership,
-        Input::NotInput { .. } => ActionKind::NotInput,
+        Input::Unhandled { .. } => ActionKind::Unhandled,
         Input::Undecryptable { .. } => ActionKind::Undecryptable,
         Input::GapCut { .. } => ActionKind::GapCut,
     }

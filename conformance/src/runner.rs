@@ -219,7 +219,7 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
                 "something seen"
             }
         )),
-        Action::NotInput { kind, .. } => Some(format!("not input: {kind:?}")),
+        Action::Unhandled { kind, .. } => Some(format!("not input: {kind:?}")),
         Action::Membership { change, .. } => Some(format!(
             "membership {change:?}: {}",
             if observed.is_empty() {

@@ -235,7 +235,7 @@ impl Real {
         });
         let (id, ts) = id;
         self.map(&ev.id.0, &id);
-        self.ts.insert(id, (ts, ev.ts));
+        self.ts.insert(id, (ts, ev.ts.0));
         Ok(())
     }
 
@@ -716,7 +716,7 @@ impl Adapter for Real {
 
     /// A custom event type is sent as any message-like event; a topic with a state
     /// PUT.
-    fn not_input(
+    fn unhandled(
         &mut self,
         world: &World,
         _: &Ident,

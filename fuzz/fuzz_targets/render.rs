@@ -96,7 +96,7 @@ fuzz_target!(|data: &[u8]| {
         event_id: event_id.clone(),
         sender: sender.clone(),
         sender_name: sender_name.clone(),
-        origin_server_ts: ts,
+        origin_server_ts: mc_model::Timestamp(ts),
         device: mc_model::DeviceTrust::PlaintextRoom,
         content: Some(MessageContent {
             msgtype: mtype.clone(),
@@ -129,7 +129,7 @@ fuzz_target!(|data: &[u8]| {
                 room: room.clone(),
                 event_id: event_id.clone(),
                 sender: sender.clone(),
-                origin_server_ts: ts,
+                origin_server_ts: mc_model::Timestamp(ts),
                 relates_to: EventId(aux.clone()),
                 key: body.clone(),
                 device: mc_model::DeviceTrust::PlaintextRoom,
@@ -141,7 +141,7 @@ fuzz_target!(|data: &[u8]| {
                 room: room.clone(),
                 event_id: event_id.clone(),
                 sender: sender.clone(),
-                origin_server_ts: ts,
+                origin_server_ts: mc_model::Timestamp(ts),
                 redacts: EventId(aux.clone()),
             };
             (render_retraction(&r), "retraction")

@@ -18,7 +18,7 @@
 //! comes from an event that reached an identity while it was not joined to the
 //! event's room. An allowed sender's invite to a room not joining or joined asks for
 //! exactly one join (`Effect::JoinRoom`, whose outcome [`Op::Complete`] reports), a
-//! stranger's or the identity's own none. [`Op::NotInput`] events are dropped once
+//! stranger's or the identity's own none. [`Op::Unhandled`] events are dropped once
 //! and do nothing else. [`Op::Restarted`] must issue every prompt post in flight again
 //! with its id, fail everything else in flight, and leave no session live.
 //!
@@ -38,10 +38,10 @@ use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::parse_text_verdict;
 use mc_model::{
     AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DeviceTrust, DropReason, Effect,
-    EffectId, EventId, Gate, IdentityConfig, IdentityId, Input, Membership, Message,
+    EffectId, EventId, Gate, IdentityConfig, IdentityId, Input, JoinState, Membership, Message,
     MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
-    Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, RoomState, SessionId,
-    SessionState, UserId, VerdictSource,
+    Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId,
+    SessionPhase, Timestamp, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,7 +52,7 @@ pub const TTL: Millis = 10_000;
 /// Settle window, ms.
 pub const SETTLE: Millis = 3_000;
 /// The clock at the start, ms.
-pub const START: Millis = 1_700_000_000_000;
+pub const START: Timestamp = Timestamp(1_700_000_000_000);
 
 pub const ANN: &str = "@ann:example.org";
 pub const CARL: &str = "@carl:example.org";
@@ -84,7 +84,7 @@ const ROOMS: [&str; 4] = [
 ];
 /// How many of [`ROOMS`] (the first ones) each identity is joined to at the start.
 const JOINED_AT_START: usize = 3;
-/// What the server says a [`Op::NotInput`] event is.
+/// What the server says a [`Op::Unhandled`] event is.
 const NOT_INPUTS: [&str; 5] = [
     "m.room.topic",
     "m.room.encrypted that could not be decrypted",
@@ -403,7 +403,7 @@ pub enum Op {
     /// A timeline event that is no input (`what` indexes [`NOT_INPUTS`]), from one of
     /// the cast (`sender` 0..=4) or unreadable down to its sender (5 and above), with
     /// or without a readable event id.
-    NotInput {
+    Unhandled {
         to: To,
         room: u8,
         sender: u8,
@@ -711,7 +711,7 @@ pub fn decode(data: &[u8]) -> Vec<Op> {
                     event: c.byte() & 1 == 0,
                 }
             }
-            17 => Op::NotInput {
+            17 => Op::Unhandled {
                 to: decode_to(c.byte()),
                 room: c.byte(),
                 sender: c.byte(),
@@ -845,7 +845,7 @@ pub fn encode(ops: &[Op]) -> Vec<u8> {
                 }
                 out.push(u8::from(!event));
             }
-            Op::NotInput {
+            Op::Unhandled {
                 to,
                 room,
                 sender,
@@ -895,7 +895,7 @@ struct Ev {
     who: UserId,
     room: RoomId,
     step: usize,
-    at: Millis,
+    at: Timestamp,
     kind: EvKind,
     inputs: Vec<(usize, Input)>,
 }
@@ -917,7 +917,7 @@ struct PromptRec {
     message: EventId,
     ident: usize,
     room: RoomId,
-    issued: Millis,
+    issued: Timestamp,
     plain: String,
     /// The `handle` call after which the core held it no more.
     retired: Option<u64>,
@@ -943,12 +943,12 @@ enum Member {
 }
 
 impl Member {
-    fn state(&self) -> RoomState {
+    fn state(&self) -> JoinState {
         match self {
-            Member::Invited(by) => RoomState::Invited { by: by.clone() },
-            Member::Joining(by) => RoomState::Joining { by: by.clone() },
-            Member::Joined => RoomState::Joined,
-            Member::Left => RoomState::Left,
+            Member::Invited(by) => JoinState::Invited { by: by.clone() },
+            Member::Joining(by) => JoinState::Joining { by: by.clone() },
+            Member::Joined => JoinState::Joined,
+            Member::Left => JoinState::Left,
         }
     }
 }
@@ -963,7 +963,7 @@ enum Pending {
         ident: usize,
         room: RoomId,
         request_id: RequestId,
-        issued: Millis,
+        issued: Timestamp,
         plain: String,
     },
     Verdict {
@@ -1031,8 +1031,8 @@ pub struct Reached {
     /// Pushes of events of a room the identity joined by an op (not at the start).
     pub pushes_after_join: usize,
     /// Events that are no input, dropped; those without a readable sender.
-    pub not_inputs: usize,
-    pub not_inputs_without_sender: usize,
+    pub unhandled: usize,
+    pub unhandled_without_sender: usize,
     /// Restarts; effects they failed; posts they issued again; prompts posted by such
     /// a post and then decided.
     pub restarts: usize,
@@ -1077,8 +1077,8 @@ impl Reached {
             other_members,
             not_joined,
             pushes_after_join,
-            not_inputs,
-            not_inputs_without_sender,
+            unhandled,
+            unhandled_without_sender,
             restarts,
             failed_by_restart,
             reposts,
@@ -1112,8 +1112,8 @@ impl Reached {
         self.other_members += other_members;
         self.not_joined += not_joined;
         self.pushes_after_join += pushes_after_join;
-        self.not_inputs += not_inputs;
-        self.not_inputs_without_sender += not_inputs_without_sender;
+        self.unhandled += unhandled;
+        self.unhandled_without_sender += unhandled_without_sender;
         self.restarts += restarts;
         self.failed_by_restart += failed_by_restart;
         self.reposts += reposts;
@@ -1159,7 +1159,7 @@ pub struct World {
     channel: Channel,
     configs: [IdentityConfig; 2],
     keys: ReactionKeys,
-    now: Millis,
+    now: Timestamp,
     step: usize,
     next_event: u64,
     events: Vec<Ev>,
@@ -1678,13 +1678,13 @@ impl World {
             Op::Advance { ms } => self.now += Millis::from(*ms),
             Op::ToDeadline { before } => {
                 if let Some(deadline) = self.channel.next_deadline() {
-                    let at = deadline.saturating_sub(u64::from(*before));
+                    let at = Timestamp(deadline.0.saturating_sub(u64::from(*before)));
                     self.now = self.now.max(at);
                 }
                 self.handle(self.now, Input::Tick);
             }
             Op::TickBack { back } => {
-                let at = self.now.saturating_sub(Millis::from(*back));
+                let at = Timestamp(self.now.0.saturating_sub(Millis::from(*back)));
                 self.handle(at, Input::Tick);
             }
             Op::Write { ident, write } => self.agent_write(*ident, write),
@@ -1703,13 +1703,13 @@ impl World {
                 membership,
                 event,
             } => self.membership(*to, *room, *user, *membership, *event),
-            Op::NotInput {
+            Op::Unhandled {
                 to,
                 room,
                 sender,
                 event,
                 what,
-            } => self.not_input(*to, *room, *sender, *event, *what),
+            } => self.unhandled(*to, *room, *sender, *event, *what),
             Op::Restarted => self.restarted(),
             Op::Redeliver { pick } => {
                 if self.events.is_empty() {
@@ -2296,7 +2296,7 @@ impl World {
 
     /// A timeline event that is no input, to each identity of `to`: one `Dropped` (by
     /// the gate when the sender is known, else as no input), and nothing else.
-    fn not_input(&mut self, to: To, room: u8, sender: u8, event: bool, what: u8) {
+    fn unhandled(&mut self, to: To, room: u8, sender: u8, event: bool, what: u8) {
         let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
         let sender = WHO
             .get(usize::from(sender) % (WHO.len() + 1))
@@ -2309,10 +2309,10 @@ impl World {
             let reason = match sender.as_ref().map(|s| self.configs[i].gate(s)) {
                 Some(Gate::Own) => DropReason::OwnEvent,
                 Some(Gate::Stranger) => DropReason::Stranger,
-                _ => DropReason::NotInput { what: what.clone() },
+                _ => DropReason::Unhandled { what: what.clone() },
             };
             let held = self.held();
-            let input = Input::NotInput {
+            let input = Input::Unhandled {
                 identity: ident_id(i),
                 room: room.clone(),
                 event_id: event_id.clone(),
@@ -2330,9 +2330,9 @@ impl World {
                 self.held() == held,
                 "an event that is no input changed something"
             );
-            self.reached.not_inputs += 1;
+            self.reached.unhandled += 1;
             if sender.is_none() {
-                self.reached.not_inputs_without_sender += 1;
+                self.reached.unhandled_without_sender += 1;
             }
         }
     }
@@ -2406,7 +2406,7 @@ impl World {
                 .all(|state| state
                     .sessions()
                     .values()
-                    .all(|s| *s == SessionState::Detached)
+                    .all(|s| *s == SessionPhase::Detached)
                     && state.held().is_empty()),
             "a session is attached, or holds pushes, after a restart"
         );
@@ -2784,7 +2784,7 @@ impl World {
     }
 
     /// Handles one input and checks every effect and the state after it.
-    fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
+    fn handle(&mut self, now: Timestamp, input: Input) -> Vec<Effect> {
         let before = self.channel.now();
         // Live before the input, or made live by its timers (an attach grace that
         // is over): every input fires the due timers first.
@@ -2793,7 +2793,7 @@ impl World {
             (0..2)
                 .filter_map(|i| self.channel.identity(&ident_id(i)))
                 .flat_map(|state| state.sessions().iter())
-                .filter(|(_, s)| matches!(s, SessionState::Attaching { until } if *until <= now))
+                .filter(|(_, s)| matches!(s, SessionPhase::Attaching { until } if *until <= now))
                 .map(|(session, _)| session.clone()),
         );
         self.prompts_before = (0..2)
@@ -3213,7 +3213,7 @@ impl World {
         session: &SessionId,
         request_id: &RequestId,
         decision: &mc_model::Decision,
-        at: Millis,
+        at: Timestamp,
     ) {
         let ident = ident_index(identity);
         assert_eq!(at, self.channel.now(), "a verdict taken at another time");
@@ -3376,7 +3376,7 @@ impl World {
         (0..2)
             .filter_map(|i| self.channel.identity(&ident_id(i)))
             .flat_map(|state| state.sessions().iter())
-            .filter(|(_, s)| **s == SessionState::Live)
+            .filter(|(_, s)| **s == SessionPhase::Live)
             .map(|(session, _)| session.clone())
             .collect()
     }
@@ -3406,7 +3406,7 @@ impl World {
                 );
             }
             for (session, s) in state.sessions() {
-                if *s != SessionState::Detached {
+                if *s != SessionPhase::Detached {
                     assert_eq!(
                         session_ident(session),
                         i,
@@ -3414,7 +3414,7 @@ impl World {
                     );
                 }
             }
-            let rooms: BTreeMap<RoomId, RoomState> = self.rooms[i]
+            let rooms: BTreeMap<RoomId, JoinState> = self.rooms[i]
                 .iter()
                 .map(|(room, m)| (room.clone(), m.state()))
                 .collect();
@@ -3633,7 +3633,7 @@ mod tests {
                 membership: MemberOp::Banned,
                 event: false,
             },
-            Op::NotInput {
+            Op::Unhandled {
                 to: To::A,
                 room: 1,
                 sender: 9,
@@ -3641,7 +3641,7 @@ mod tests {
                 what: 4,
             },
             Op::Restarted,
-            Op::NotInput {
+            Op::Unhandled {
                 to: To::B,
                 room: 0,
                 sender: 2,

@@ -371,8 +371,8 @@ fn invite(to: To, room: u8, by: u8) -> Op {
 }
 
 /// An event that is no input; `sender` 5 is none readable.
-fn not_input(to: To, room: u8, sender: u8, event: bool, what: u8) -> Op {
-    Op::NotInput {
+fn unhandled(to: To, room: u8, sender: u8, event: bool, what: u8) -> Op {
+    Op::Unhandled {
         to,
         room,
         sender,
@@ -867,11 +867,11 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
                 member(a, 0, OWN, MemberOp::Banned),
                 chat(a, 1, 0, 0),
                 react(To::Both, 0, Ref::event(0), 0),
-                not_input(a, 0, 0, true, 0),
-                not_input(To::Both, 1, 2, true, 1),
-                not_input(a, 1, 3, true, 2),
-                not_input(To::B, 2, 5, false, 4),
-                not_input(a, 3, 5, true, 3),
+                unhandled(a, 0, 0, true, 0),
+                unhandled(To::Both, 1, 2, true, 1),
+                unhandled(a, 1, 3, true, 2),
+                unhandled(To::B, 2, 5, false, 4),
+                unhandled(a, 3, 5, true, 3),
             ],
         ),
         (
@@ -1020,8 +1020,8 @@ mod tests {
             ("others' memberships", total.other_members),
             ("events of rooms not joined", total.not_joined),
             ("pushes after a join", total.pushes_after_join),
-            ("events that are no input", total.not_inputs),
-            ("events without a sender", total.not_inputs_without_sender),
+            ("events that are no input", total.unhandled),
+            ("events without a sender", total.unhandled_without_sender),
             ("restarts", total.restarts),
             ("effects failed by a restart", total.failed_by_restart),
             ("posts issued again", total.reposts),

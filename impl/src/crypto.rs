@@ -44,7 +44,7 @@ pub fn encryption_settings() -> EncryptionSettings {
 /// Whether the identity's device is signed by its own self-signing key, as the
 /// homeserver's `/keys/query` shows it to others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceTrust {
+pub enum OwnDeviceSigning {
     /// The device is cross-signed by its owner: strict clients share keys with it.
     CrossSigned,
     /// The account has no cross-signing keys at all: `login` (with the password)
@@ -56,14 +56,14 @@ pub enum DeviceTrust {
     NotSigned,
 }
 
-impl fmt::Display for DeviceTrust {
+impl fmt::Display for OwnDeviceSigning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            DeviceTrust::CrossSigned => "cross-signed by its own identity",
-            DeviceTrust::NoCrossSigning => {
+            OwnDeviceSigning::CrossSigned => "cross-signed by its own identity",
+            OwnDeviceSigning::NoCrossSigning => {
                 "not cross-signed: the account has no cross-signing keys"
             }
-            DeviceTrust::NotSigned => {
+            OwnDeviceSigning::NotSigned => {
                 "not cross-signed: the account's cross-signing keys are not in this store"
             }
         })
@@ -73,7 +73,7 @@ impl fmt::Display for DeviceTrust {
 /// Reads the device's trust from the homeserver (`POST /keys/query` for the own
 /// user, so it is what others see). Errors: the homeserver cannot be reached, or the
 /// client has no crypto store (not logged in).
-pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
+pub async fn own_device_signing(client: &Client) -> anyhow::Result<OwnDeviceSigning> {
     let encryption = client.encryption();
     encryption.wait_for_e2ee_initialization_tasks().await;
     let user_id = client
@@ -90,7 +90,7 @@ pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
         .await
         .context("reading the account's cross-signing keys (/keys/query)")?;
     if !response.master_keys.contains_key(&user_id) {
-        return Ok(DeviceTrust::NoCrossSigning);
+        return Ok(OwnDeviceSigning::NoCrossSigning);
     }
     // The SDK's own reading of the signatures (a fresh query into the store).
     encryption
@@ -102,9 +102,9 @@ pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
         .await?
         .ok_or_else(|| anyhow!("this device is not in its own crypto store"))?;
     if device.is_cross_signed_by_owner() {
-        Ok(DeviceTrust::CrossSigned)
+        Ok(OwnDeviceSigning::CrossSigned)
     } else {
-        Ok(DeviceTrust::NotSigned)
+        Ok(OwnDeviceSigning::NotSigned)
     }
 }
 
@@ -113,8 +113,8 @@ pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
 /// `POST /keys/device_signing/upload` may need user-interactive auth; this answers it
 /// with `m.login.password`). The password is used for that one request and not kept.
 ///
-/// Returns the device's trust afterwards: [`DeviceTrust::CrossSigned`] when it
-/// worked or was already so, [`DeviceTrust::NotSigned`] when the account already has
+/// Returns the device's trust afterwards: [`OwnDeviceSigning::CrossSigned`] when it
+/// worked or was already so, [`OwnDeviceSigning::NotSigned`] when the account already has
 /// keys this store does not hold (nothing is changed: replacing them would make every
 /// person who trusts the bot see a changed identity; `recovery restore` is the way).
 /// Errors: a wrong password (the homeserver's `M_FORBIDDEN`), a homeserver that offers
@@ -122,9 +122,9 @@ pub async fn device_trust(client: &Client) -> anyhow::Result<DeviceTrust> {
 pub async fn bootstrap_cross_signing(
     client: &Client,
     password: &str,
-) -> anyhow::Result<DeviceTrust> {
-    match device_trust(client).await? {
-        DeviceTrust::NoCrossSigning => {}
+) -> anyhow::Result<OwnDeviceSigning> {
+    match own_device_signing(client).await? {
+        OwnDeviceSigning::NoCrossSigning => {}
         other => return Ok(other),
     }
     let user_id = client
@@ -166,8 +166,8 @@ pub async fn bootstrap_cross_signing(
                 },
             )?;
     }
-    let trust = device_trust(client).await?;
-    if trust != DeviceTrust::CrossSigned {
+    let trust = own_device_signing(client).await?;
+    if trust != OwnDeviceSigning::CrossSigned {
         return Err(anyhow!(
             "the cross-signing keys were uploaded but the device reads as {trust}"
         ));
@@ -214,7 +214,10 @@ pub async fn enable_recovery(client: &Client) -> anyhow::Result<String> {
 /// Errors: a key that does not open secret storage (the SDK's "wrong key" error), no
 /// secret storage on the account (`recovery enable` was never run), or the homeserver
 /// cannot be reached.
-pub async fn restore_recovery(client: &Client, recovery_key: &str) -> anyhow::Result<DeviceTrust> {
+pub async fn restore_recovery(
+    client: &Client,
+    recovery_key: &str,
+) -> anyhow::Result<OwnDeviceSigning> {
     let encryption = client.encryption();
     encryption.wait_for_e2ee_initialization_tasks().await;
     if !encryption
@@ -242,7 +245,7 @@ pub async fn restore_recovery(client: &Client, recovery_key: &str) -> anyhow::Re
                 .with_context(|| format!("downloading the room keys of {}", room.room_id()))?;
         }
     }
-    device_trust(client).await
+    own_device_signing(client).await
 }
 
 /// Drops two kinds of matrix-sdk log lines that report no fault (a `tracing` layer

@@ -24,7 +24,7 @@
 //! reason: kept, never replayed).
 use std::path::{Path, PathBuf};
 
-use mc_model::{Channel, Input, Millis};
+use mc_model::{Channel, Input, Timestamp};
 use rusqlite::{params, Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 
@@ -114,7 +114,7 @@ pub struct Recovered {
     /// The snapshot's JSON (of [`Channel`]), if one was ever written.
     pub snapshot: Option<String>,
     /// The inputs after the snapshot, in order, with the `now` each was handed at.
-    pub inputs: Vec<(Millis, Input)>,
+    pub inputs: Vec<(Timestamp, Input)>,
     /// Records that failed their check (a torn or corrupt tail) and were moved to
     /// `journal_set_aside`: the first bad record and every record after it.
     pub set_aside: u64,
@@ -142,7 +142,7 @@ fn check_sum(version: &str, now: i64, input: &str) -> Vec<u8> {
 }
 
 fn unix_ms() -> i64 {
-    crate::engine::now_ms() as i64
+    crate::engine::now_ms().0 as i64
 }
 
 impl Journal {
@@ -245,7 +245,7 @@ impl Journal {
                 } else {
                     match serde_json::from_str::<Input>(&input) {
                         Ok(parsed) if now >= 0 => {
-                            inputs.push((now as Millis, parsed));
+                            inputs.push((Timestamp(now as u64), parsed));
                             None
                         }
                         Ok(_) => Some(format!("its time {now} is before the epoch")),
@@ -290,9 +290,9 @@ impl Journal {
     /// Appends one input, handed to the model at `now`; durable when this returns.
     /// Errors: the input cannot be serialised, or the database fails (the input is
     /// then not recorded, and must not be acted on).
-    pub fn append(&mut self, now: Millis, input: &Input) -> Result<(), JournalError> {
+    pub fn append(&mut self, now: Timestamp, input: &Input) -> Result<(), JournalError> {
         let json = serde_json::to_string(input)?;
-        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let now = i64::try_from(now.0).unwrap_or(i64::MAX);
         let seq = self.last_seq + 1;
         self.conn
             .prepare_cached(
@@ -412,7 +412,7 @@ mod tests {
         }
     }
 
-    const NOW: Millis = 1_700_000_000_000;
+    const NOW: Timestamp = Timestamp(1_700_000_000_000);
 
     fn start() -> Channel {
         let mut channel = Channel::new();
@@ -569,7 +569,7 @@ mod tests {
         let bad = "{\"type\":\"no_such_input\"}";
         conn.execute(
             "UPDATE journal SET input = ?1, check_sum = ?2 WHERE seq = 5",
-            params![bad, check_sum(MODEL_VERSION, (NOW + 4) as i64, bad)],
+            params![bad, check_sum(MODEL_VERSION, (NOW + 4).0 as i64, bad)],
         )
         .unwrap();
         conn.execute("DELETE FROM journal WHERE seq = 3", [])

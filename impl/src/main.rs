@@ -3,7 +3,7 @@
 use anyhow::{anyhow, Context as _};
 use clap::{Parser, Subcommand};
 use mc_server::config::Config;
-use mc_server::crypto::DeviceTrust;
+use mc_server::crypto::OwnDeviceSigning;
 use mc_server::store::{Store, StoreLock};
 use std::io::BufRead as _;
 use std::path::PathBuf;
@@ -264,8 +264,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     return Ok(());
                 }
                 let (client, _lock) = restored_client(&config, &identity, "login").await?;
-                let trust = match mc_server::crypto::device_trust(&client).await? {
-                    DeviceTrust::NoCrossSigning => {
+                let trust = match mc_server::crypto::own_device_signing(&client).await? {
+                    OwnDeviceSigning::NoCrossSigning => {
                         let password = read_password()?;
                         mc_server::crypto::bootstrap_cross_signing(&client, &password)
                             .await
@@ -274,7 +274,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     trust => trust,
                 };
                 println!("identity {identity} is already logged in; its device is {trust}");
-                if trust == DeviceTrust::NotSigned {
+                if trust == OwnDeviceSigning::NotSigned {
                     println!("{}", restore_advice(&identity));
                 }
                 return Ok(());
@@ -287,7 +287,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "identity {identity}: logged in as {} (device {}); the device is {}",
                 settings.user_id, done.device, done.trust
             );
-            if done.trust == DeviceTrust::NotSigned {
+            if done.trust == OwnDeviceSigning::NotSigned {
                 println!("{}", restore_advice(&identity));
             }
             Ok(())

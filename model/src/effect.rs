@@ -2,7 +2,7 @@
 //! each variant and no `_` arm.
 
 use crate::agent::AgentWrite;
-use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::ids::{CallId, EffectId, EventId, IdentityId, RoomId, SessionId, Timestamp, UserId};
 use crate::meta::Meta;
 use crate::verdict::{Behavior, RequestId};
 use serde::{Deserialize, Serialize};
@@ -94,7 +94,7 @@ pub enum Effect {
         session: SessionId,
         request_id: RequestId,
         decision: Decision,
-        at: Millis,
+        at: Timestamp,
     },
     /// The agent's acknowledgement ([`crate::Input::Acknowledge`]) was taken: the
     /// event is never replayed. The server answers the `acknowledge` tool from this
@@ -255,8 +255,9 @@ pub enum DropReason {
     AlreadyInvited,
     /// Joining a room on an invite failed; the invite stays pending.
     JoinFailed,
-    /// A timeline event that is no input of the core's (see `Input::NotInput`).
-    NotInput { what: String },
+    /// A timeline event that is no input of the core's (see `Input::Unhandled`).
+    #[serde(rename = "not_input")]
+    Unhandled { what: String },
     /// Not pushed yet: an encrypted event that could not be decrypted, parked until
     /// it comes decrypted or its grace period ends (see `Input::Undecryptable`).
     Undecryptable,

@@ -5,7 +5,7 @@
 //! (the parent of a reply); everything they hand over is a plain value.
 
 use crate::agent::AgentWrite;
-use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::ids::{CallId, EffectId, EventId, IdentityId, RoomId, SessionId, Timestamp, UserId};
 use crate::verdict::RequestId;
 use serde::{Deserialize, Serialize};
 
@@ -97,7 +97,9 @@ pub enum Input {
     /// state event, another event type, an encrypted event it could not decrypt, a
     /// malformed one), or one it could not read at all (`event_id` and `sender`
     /// then `None` when even they were unreadable). Dropped with `what`.
-    NotInput {
+    /// Journaled as `not_input` (its earlier name), so older journals stay readable.
+    #[serde(rename = "not_input")]
+    Unhandled {
         identity: IdentityId,
         room: RoomId,
         event_id: Option<EventId>,
@@ -153,7 +155,7 @@ impl Input {
             | Input::AgentWrite { identity, .. }
             | Input::Acknowledge { identity, .. }
             | Input::Membership { identity, .. }
-            | Input::NotInput { identity, .. }
+            | Input::Unhandled { identity, .. }
             | Input::Undecryptable { identity, .. }
             | Input::GapCut { identity, .. } => Some(identity),
             Input::Completed { .. } | Input::Tick | Input::Restarted => None,
@@ -168,7 +170,7 @@ impl Input {
             Input::Message { message: m, .. } => Some((&m.event_id, Some(&m.sender))),
             Input::Reaction { reaction: r, .. } => Some((&r.event_id, Some(&r.sender))),
             Input::Redaction { redaction: r, .. } => Some((&r.event_id, Some(&r.sender))),
-            Input::NotInput {
+            Input::Unhandled {
                 event_id: Some(id),
                 sender,
                 ..
@@ -232,7 +234,7 @@ pub struct Message {
     /// decide anything.
     pub sender_name: Option<String>,
     /// `origin_server_ts`, milliseconds.
-    pub origin_server_ts: Millis,
+    pub origin_server_ts: Timestamp,
     /// `None` when the event was redacted (`content: {}`) or has no `msgtype`/`body`.
     pub content: Option<MessageContent>,
     /// The device it was sent from, as far as Matrix can tell: decides whether it
@@ -404,7 +406,7 @@ pub struct Undecryptable {
     /// The sender's display name in the room, if any. Display only.
     pub sender_name: Option<String>,
     /// `origin_server_ts`, milliseconds.
-    pub origin_server_ts: Millis,
+    pub origin_server_ts: Timestamp,
     /// `content.session_id`: the Megolm session whose room key it needs (`None` for
     /// an algorithm without one). For the operator's log only.
     pub session_id: Option<String>,
@@ -416,7 +418,7 @@ pub struct Reaction {
     pub room: RoomId,
     pub event_id: EventId,
     pub sender: UserId,
-    pub origin_server_ts: Millis,
+    pub origin_server_ts: Timestamp,
     /// The annotated event.
     pub relates_to: EventId,
     /// The raw key, as sent (kept for display; normalised only to compare).
@@ -433,7 +435,7 @@ pub struct Redaction {
     pub room: RoomId,
     pub event_id: EventId,
     pub sender: UserId,
-    pub origin_server_ts: Millis,
+    pub origin_server_ts: Timestamp,
     /// The redacted event.
     pub redacts: EventId,
 }

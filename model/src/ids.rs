@@ -61,11 +61,66 @@ string_id!(
     EventId
 );
 
-/// Milliseconds since the Unix epoch, like Matrix `origin_server_ts`.
+/// A duration in milliseconds: a time to live, a grace, a settle window
+/// ([`crate::IdentityConfig`]'s `*_ms` fields). An instant is a [`Timestamp`].
+pub type Millis = u64;
+
+/// An instant: milliseconds since the Unix epoch, the unit of Matrix
+/// `origin_server_ts` ([Client-Server API, "Room Event Format"]). Serialized as the
+/// bare number.
 ///
 /// The core never reads a clock: every call to [`crate::Channel::handle`] passes
-/// the current time in.
-pub type Millis = u64;
+/// the current time in. An instant plus a [`Millis`] duration is an instant
+/// ([`Timestamp::saturating_add`]); two instants are only compared.
+///
+/// [Client-Server API, "Room Event Format"]: https://spec.matrix.org/v1.16/client-server-api/#room-event-format
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub u64);
+
+/// `instant + duration`, like `std::time::Instant + Duration`.
+///
+/// # Panics
+/// If the sum overflows `u64` (about 584 million years after the epoch). The core's
+/// own rules use [`Timestamp::saturating_add`], which does not panic.
+impl std::ops::Add<Millis> for Timestamp {
+    type Output = Timestamp;
+
+    fn add(self, duration: Millis) -> Timestamp {
+        Timestamp(
+            self.0
+                .checked_add(duration)
+                .expect("a Timestamp plus a duration overflows u64"),
+        )
+    }
+}
+
+/// `instant += duration`: [`Timestamp`]'s `+`, in place.
+///
+/// # Panics
+/// As `+`, if the sum overflows `u64`.
+impl std::ops::AddAssign<Millis> for Timestamp {
+    fn add_assign(&mut self, duration: Millis) {
+        *self = *self + duration;
+    }
+}
+
+impl Timestamp {
+    /// The instant `duration` ms after this one, or the last representable instant
+    /// if that overflows.
+    #[must_use]
+    pub const fn saturating_add(self, duration: Millis) -> Timestamp {
+        Timestamp(self.0.saturating_add(duration))
+    }
+
+    /// The milliseconds from `earlier` to this instant, or 0 if `earlier` is later.
+    #[must_use]
+    pub const fn saturating_since(self, earlier: Timestamp) -> Millis {
+        self.0.saturating_sub(earlier.0)
+    }
+}
 
 /// The id of an [`crate::Effect`] that expects an outcome. The server reports the
 /// outcome back with [`crate::Input::Completed`] carrying the same id.
@@ -93,5 +148,46 @@ pub struct CallId(pub u64);
 impl fmt::Display for CallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "call#{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instant_plus_a_duration_is_the_later_instant_and_saturates_at_the_end() {
+        let t = Timestamp(1_000);
+        assert_eq!(t.saturating_add(250), Timestamp(1_250));
+        assert_eq!(t + 250, Timestamp(1_250));
+        let mut u = t;
+        u += 250;
+        assert_eq!(u, Timestamp(1_250));
+        assert_eq!(
+            Timestamp(u64::MAX - 1).saturating_add(5),
+            Timestamp(u64::MAX)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "overflows")]
+    fn plus_panics_where_saturating_add_saturates() {
+        let _ = Timestamp(u64::MAX) + 1;
+    }
+
+    #[test]
+    fn the_duration_between_two_instants_is_never_negative() {
+        assert_eq!(Timestamp(1_250).saturating_since(Timestamp(1_000)), 250);
+        assert_eq!(Timestamp(1_000).saturating_since(Timestamp(1_250)), 0);
+    }
+
+    #[test]
+    fn an_instant_is_serialized_as_the_bare_number_of_milliseconds() {
+        let t = Timestamp(1_795_991_839_700);
+        assert_eq!(serde_json::to_string(&t).unwrap(), "1795991839700");
+        assert_eq!(
+            serde_json::from_str::<Timestamp>("42").unwrap(),
+            Timestamp(42)
+        );
     }
 }

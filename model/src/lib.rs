@@ -54,8 +54,8 @@ pub use crate::config::{
     ConfigError, Gate, IdentityConfig, VerdictDevices, DEFAULT_ATTACH_GRACE_MS,
 };
 pub use crate::core::{
-    Channel, IdentityState, LogEntry, Parked, Phase, Prompt, Queued, Record, RoomState,
-    SessionState, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
+    Channel, IdentityState, JoinState, LogEntry, Parked, Phase, Prompt, Queued, Record,
+    SessionPhase, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
 };
 pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,
@@ -64,6 +64,8 @@ pub use crate::event::{
     Attachment, DeviceTrust, Input, Membership, Message, MessageContent, MsgType, NewContent,
     Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo, Undecryptable,
 };
-pub use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+pub use crate::ids::{
+    CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, Timestamp, UserId,
+};
 pub use crate::meta::{Meta, MetaKey, SECURITY_POINTER};
 pub use crate::verdict::{Behavior, RequestId};

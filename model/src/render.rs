@@ -10,7 +10,7 @@ use crate::event::{
     Message, MessageContent, MsgType, NewContent, Reaction, Redaction, ReplyTo, Undecryptable,
 };
 use crate::fallback::{clip_chars, quote, strip_plain_reply_fallback};
-use crate::ids::{EventId, Millis, RoomId, UserId};
+use crate::ids::{EventId, RoomId, Timestamp, UserId};
 use crate::meta::{AttachmentKind, Meta, MetaKey, ReplyStatus, ReplyTrust, FLAG};
 use crate::sandbox::{neutralise, sandbox_body};
 
@@ -67,7 +67,7 @@ struct Origin<'a> {
     event_id: &'a EventId,
     sender: &'a UserId,
     sender_name: Option<&'a str>,
-    ts: Millis,
+    ts: Timestamp,
 }
 
 fn base_meta(kind: PushKind, origin: Origin<'_>) -> Meta {
@@ -78,7 +78,7 @@ fn base_meta(kind: PushKind, origin: Origin<'_>) -> Meta {
     meta.set(MetaKey::Sender, origin.sender.as_str());
     let name = origin.sender_name.unwrap_or(origin.sender.as_str());
     meta.set(MetaKey::User, one_line(name, SHORT_FIELD_CHARS));
-    meta.set(MetaKey::Ts, origin.ts.to_string());
+    meta.set(MetaKey::Ts, origin.ts.0.to_string());
     meta
 }
 

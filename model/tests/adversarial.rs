@@ -16,7 +16,7 @@ use mc_model::{
     AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DropReason, Effect, EffectId,
     EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis, MsgType,
     NewContent, Outcome, Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo,
-    RequestId, RoomId, SessionId, UserId,
+    RequestId, RoomId, SessionId, Timestamp, UserId,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,7 +33,7 @@ const BOB: &str = "@bob:hs";
 const EVE: &str = "@eve:hs";
 const R1: &str = "!r1:hs";
 const R2: &str = "!r2:hs";
-const T0: Millis = 1_700_000_000_000;
+const T0: Timestamp = Timestamp(1_700_000_000_000);
 const UP: &str = "\u{1F44D}";
 const DOWN: &str = "\u{1F44E}";
 
@@ -207,7 +207,7 @@ fn join_rooms(channel: &mut Channel) {
     for (identity, user) in identities {
         for room in [R1, R2] {
             channel.handle(
-                0,
+                Timestamp(0),
                 Input::Membership {
                     identity: identity.clone(),
                     room: room.into(),
@@ -1005,15 +1005,15 @@ fn the_prompt_escapes_the_tool_call_in_html_and_never_cuts_the_reply_instruction
 fn time_near_u64_max_and_running_backwards_neither_panics_nor_revives_a_prompt() {
     let mut c = channel();
     with_pending(&mut c, "s1", "abcde", "$p");
-    c.handle(u64::MAX - 1, react("$a", BOSS, "$p", UP));
-    c.handle(0, Input::Tick);
-    assert_eq!(c.now(), u64::MAX - 1);
+    c.handle(Timestamp(u64::MAX - 1), react("$a", BOSS, "$p", UP));
+    c.handle(Timestamp(0), Input::Tick);
+    assert_eq!(c.now(), Timestamp(u64::MAX - 1));
     // The prompt expired long before; the vote changed nothing.
     assert!(phase_of(&c, "$p").is_none());
-    let e = c.handle(u64::MAX, ask("s1", "fghij"));
-    c.handle(u64::MAX, posted(post_id(&e), "$q"));
-    c.handle(u64::MAX, react("$b", BOSS, "$q", UP));
-    c.handle(3, Input::Tick);
+    let e = c.handle(Timestamp(u64::MAX), ask("s1", "fghij"));
+    c.handle(Timestamp(u64::MAX), posted(post_id(&e), "$q"));
+    c.handle(Timestamp(u64::MAX), react("$b", BOSS, "$q", UP));
+    c.handle(Timestamp(3), Input::Tick);
     assert_eq!(c.next_deadline(), None);
     let json = serde_json::to_string(&c).unwrap();
     assert_eq!(serde_json::from_str::<Channel>(&json).unwrap(), c);
@@ -1593,7 +1593,7 @@ struct WriteSpec {
 /// What the run has seen: the ids to pick from and the facts to check against.
 #[derive(Default)]
 struct Seen {
-    now: Millis,
+    now: Timestamp,
     next: u64,
     events: Vec<String>,
     prompts: Vec<String>,
@@ -1645,7 +1645,7 @@ impl Seen {
     }
 }
 
-fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
+fn build_input(seen: &mut Seen, op: &Op) -> (Timestamp, Input) {
     // Mostly `work`, which has a non-approver and small caps.
     let identity = |i: usize| IdentityId::from(IDENTITIES[usize::from(i % 4 == 3)]);
     let session = |i: usize| SessionId::from(SESSIONS[i % SESSIONS.len()]);
@@ -1892,7 +1892,7 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Millis, Input) {
             seen.now = seen.now.saturating_add(jump);
             Input::Tick
         }
-        Op::Back(by) => return (seen.now.saturating_sub(*by), Input::Tick),
+        Op::Back(by) => return (Timestamp(seen.now.0.saturating_sub(*by)), Input::Tick),
         Op::Write {
             identity: i,
             kind,
@@ -2454,7 +2454,7 @@ fn check_pushes_only_to_live(channel: &Channel, effects: &[Effect]) {
                 .and_then(|i| i.sessions().get(session).copied());
             assert_eq!(
                 state,
-                Some(mc_model::SessionState::Live),
+                Some(mc_model::SessionPhase::Live),
                 "a push to {session:?} of {identity:?}: {effects:?}"
             );
         }

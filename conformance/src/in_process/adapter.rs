@@ -190,8 +190,8 @@ impl Adapter for InProcess {
     }
 
     /// The homeserver stores the event and the sync hands it to the adapter, which
-    /// must make it exactly the `Input::NotInput` the reference did.
-    fn not_input(
+    /// must make it exactly the `Input::Unhandled` the reference did.
+    fn unhandled(
         &mut self,
         world: &World,
         _: &Ident,

@@ -27,7 +27,7 @@ mod wire;
 pub use wire::{MemWire, Net};
 
 use crate::world::{Ev, Ident, Observation, World};
-use mc_model::{Channel, Input, Millis};
+use mc_model::{Channel, Input, Timestamp};
 use mc_server::engine::{self, EngineHandle, JournalPersist};
 use mc_server::journal::{recover_channel, Journal, SnapshotPolicy};
 use mc_server::matrix::timeline_input;
@@ -41,10 +41,10 @@ use wire::MemRoom;
 thread_local! {
     /// The engine's clock: the world's time. The engine runs on this thread (a
     /// current-thread runtime), so each test thread has its own clock.
-    static NOW: Cell<Millis> = const { Cell::new(crate::world::START) };
+    static NOW: Cell<Timestamp> = const { Cell::new(crate::world::START) };
 }
 
-fn clock() -> Millis {
+fn clock() -> Timestamp {
     NOW.with(Cell::get)
 }
 
@@ -255,7 +255,7 @@ impl InProcess {
         }
         let input = self.adapt(ev);
         match input {
-            Input::NotInput { what, .. } => {
+            Input::Unhandled { what, .. } => {
                 Err(format!("the adapter took {json} as no input: {what}"))
             }
             input => self.submit(input),

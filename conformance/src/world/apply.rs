@@ -88,12 +88,12 @@ impl World {
                 let input = self.redelivery(t);
                 self.run(input);
             }
-            Action::NotInput {
+            Action::Unhandled {
                 ident,
                 sender,
                 room,
                 kind,
-            } => self.not_input(ident, sender, room, kind),
+            } => self.unhandled(ident, sender, room, kind),
             Action::Undecryptable {
                 ident,
                 sender,
@@ -258,7 +258,7 @@ impl World {
     }
 
     /// A timeline event that is no input.
-    fn not_input(&mut self, ident: Ident, sender: Who, room: u8, kind: Odd) {
+    fn unhandled(&mut self, ident: Ident, sender: Who, room: u8, kind: Odd) {
         let room = ident.room(room);
         let id = self.push_event(
             ident,
@@ -268,7 +268,7 @@ impl World {
             kind.content(),
             EvKind::Other,
         );
-        self.delivered(Input::NotInput {
+        self.delivered(Input::Unhandled {
             identity: ident.id(),
             room,
             event_id: Some(id),

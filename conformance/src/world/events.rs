@@ -6,7 +6,8 @@
 
 use super::{Ident, Odd, Rel, Sel, Text, Who, World};
 use mc_model::{
-    EventId, Input, Message, MessageContent, Millis, NewContent, Parent, Relation, ReplyTo, RoomId,
+    EventId, Input, Message, MessageContent, NewContent, Parent, Relation, ReplyTo, RoomId,
+    Timestamp,
 };
 use serde_json::{json, Value};
 
@@ -38,7 +39,7 @@ pub struct Ev {
     /// Symbolic: `$ev<n>` for the cast's events, `$mc-prompt-<effect id>` for prompts.
     pub id: EventId,
     pub sender: Who,
-    pub ts: Millis,
+    pub ts: Timestamp,
     /// `m.room.message`, `m.reaction` or `m.room.redaction`.
     pub event_type: &'static str,
     /// The content, with symbolic ids.

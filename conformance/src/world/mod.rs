@@ -49,7 +49,7 @@ pub use values::{
 
 use mc_model::{
     AgentWrite, Channel, EventId, IdentityConfig, IdentityId, Input, Millis, PermissionRequest,
-    RequestId, RoomId, SessionId, SessionState, UserId,
+    RequestId, RoomId, SessionId, SessionPhase, Timestamp, UserId,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -61,7 +61,7 @@ pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
 pub const VERDICT_METHOD: &str = "notifications/claude/channel/permission";
 
 /// The clock at the start of every sequence, ms since the epoch.
-pub const START: Millis = 1_700_000_000_000;
+pub const START: Timestamp = Timestamp(1_700_000_000_000);
 
 /// Which server the sequence drives; it decides the settings and which actions can
 /// be generated (see `conformance/skip.txt`).
@@ -286,7 +286,7 @@ impl Rid {
 pub struct World {
     pub mode: Mode,
     pub channel: Channel,
-    pub now: Millis,
+    pub now: Timestamp,
     pub events: Vec<Ev>,
     /// Sessions whose stream broke and has not reopened.
     pub broken: BTreeSet<Sess>,
@@ -379,13 +379,13 @@ impl World {
                 // As the homeserver has it: a join asked for is done (the ideal wire),
                 // an invite not acted on is pending.
                 let membership = match known {
-                    mc_model::RoomState::Joined | mc_model::RoomState::Joining { .. } => {
+                    mc_model::JoinState::Joined | mc_model::JoinState::Joining { .. } => {
                         mc_model::Membership::Joined
                     }
-                    mc_model::RoomState::Invited { by } => {
+                    mc_model::JoinState::Invited { by } => {
                         mc_model::Membership::Invited { by: by.clone() }
                     }
-                    mc_model::RoomState::Left => mc_model::Membership::Left,
+                    mc_model::JoinState::Left => mc_model::Membership::Left,
                 };
                 inputs.push(Input::Membership {
                     identity: ident.id(),
@@ -406,7 +406,7 @@ impl World {
             self.channel
                 .identity(&session.ident().id())
                 .and_then(|i| i.sessions().get(&session.id())),
-            Some(SessionState::Live | SessionState::Attaching { .. })
+            Some(SessionPhase::Live | SessionPhase::Attaching { .. })
         )
     }
 
@@ -415,6 +415,6 @@ impl World {
         self.channel
             .identity(&session.ident().id())
             .and_then(|i| i.sessions().get(&session.id()))
-            == Some(&SessionState::Live)
+            == Some(&SessionPhase::Live)
     }
 }

@@ -104,7 +104,7 @@ pub fn precondition(world: &World, action: &Action) -> bool {
         // (conformance/skip.txt).
         Action::GapCut { .. } => !real,
         // Only Ann (the rooms' creator) may set a room's topic on a real homeserver.
-        Action::NotInput {
+        Action::Unhandled {
             ident,
             sender,
             kind,
@@ -147,8 +147,8 @@ pub(super) fn real_membership_possible(
         .and_then(|s| s.rooms().get(&id));
     match change {
         Change::Leave => match state {
-            Some(mc_model::RoomState::Invited { .. }) => true,
-            Some(mc_model::RoomState::Joined) => {
+            Some(mc_model::JoinState::Invited { .. }) => true,
+            Some(mc_model::JoinState::Joined) => {
                 ident.config(Mode::Real).permission_room.as_ref() != Some(&id)
                     && !world
                         .events
@@ -157,7 +157,7 @@ pub(super) fn real_membership_possible(
             }
             _ => false,
         },
-        Change::Invite { .. } => state == Some(&mc_model::RoomState::Left),
+        Change::Invite { .. } => state == Some(&mc_model::JoinState::Left),
     }
 }
 
@@ -186,7 +186,7 @@ fn agent_write_possible(world: &World, ident: Ident, op: AgentOp) -> bool {
             .channel
             .identity(&writer.id())
             .and_then(|s| s.rooms().get(room))
-            == Some(&mc_model::RoomState::Joined)
+            == Some(&mc_model::JoinState::Joined)
     };
     if real && !room.is_none_or(joined) {
         return false;

@@ -10,7 +10,7 @@ use super::{
     Who, World, ATTACH_GRACE, CHAT, GRACE, SETTLE, TTL,
 };
 use crate::alphabet::{kind_of, Action};
-use mc_model::SessionState;
+use mc_model::SessionPhase;
 use proptest::prelude::*;
 use proptest_state_machine::ReferenceStateMachine;
 
@@ -391,9 +391,9 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                 .identity(&i.id())
                 .and_then(|s| s.rooms().get(&i.room(*n)));
             if real {
-                state == Some(&mc_model::RoomState::Left)
+                state == Some(&mc_model::JoinState::Left)
             } else {
-                state != Some(&mc_model::RoomState::Joined)
+                state != Some(&mc_model::JoinState::Joined)
             }
         })
         .collect();
@@ -446,7 +446,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                     } else {
                         sender
                     };
-                    Action::NotInput {
+                    Action::Unhandled {
                         ident,
                         sender,
                         room,
@@ -502,7 +502,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
     if !real {
         let mut steps = vec![1, ATTACH_GRACE, SETTLE - 1, SETTLE + 1, GRACE + 1, TTL + 1];
         if let Some(at) = world.channel.next_deadline() {
-            let d = at.saturating_sub(world.now);
+            let d = at.saturating_since(world.now);
             steps.extend([d.max(1), d.saturating_sub(1).max(1)]);
         }
         options.push((3, pick(steps).prop_map(|ms| Action::Tick { ms }).boxed()));
@@ -510,12 +510,12 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         // the end of the grace, often, so replays (and their cuts) are seen.
         let graces = world.channel.identities().flat_map(|(_, i)| {
             i.sessions().values().filter_map(|s| match s {
-                SessionState::Attaching { until } => Some(*until),
+                SessionPhase::Attaching { until } => Some(*until),
                 _ => None,
             })
         });
         if let Some(until) = graces.min() {
-            let ms = until.saturating_sub(world.now).max(1);
+            let ms = until.saturating_since(world.now).max(1);
             options.push((12, Just(Action::Tick { ms }).boxed()));
         }
     }

@@ -27,7 +27,7 @@
 
 use mc_model::{
     Attachment, DeviceTrust, EventId, Membership, Message, MessageContent, MsgType, NewContent,
-    Parent, Reaction, Redaction, Relation, ReplyTo, RoomId, Undecryptable, UserId,
+    Parent, Reaction, Redaction, Relation, ReplyTo, RoomId, Timestamp, Undecryptable, UserId,
 };
 use ruma::events::reaction::SyncReactionEvent;
 use ruma::events::relation::Thread;
@@ -66,7 +66,7 @@ pub enum Decoded {
     /// cleartext type). `sender_name` is `None`: the adapter fills it.
     Undecryptable(Undecryptable),
     /// Anything else, with the reason (the core drops it as
-    /// `DropReason::NotInput` with [`Ignored::describe`]).
+    /// `DropReason::Unhandled` with [`Ignored::describe`]).
     Ignored(Ignored),
 }
 
@@ -151,7 +151,7 @@ struct Envelope {
 }
 
 impl Ignored {
-    /// What the event is, in words, for the core's `DropReason::NotInput`: its type
+    /// What the event is, in words, for the core's `DropReason::Unhandled`: its type
     /// and why it is no input.
     pub fn describe(&self) -> String {
         let why = match &self.reason {
@@ -291,7 +291,7 @@ pub fn decode_timeline_event(
     let room = room.clone();
     let event_id = EventId(envelope.event_id.to_string());
     let sender = UserId(envelope.sender.to_string());
-    let origin_server_ts = u64::from(ts.0);
+    let origin_server_ts = Timestamp(u64::from(ts.0));
     let decoded = match envelope.event_type.as_str() {
         "m.room.message" => Decoded::Message(Message {
             room,
@@ -796,7 +796,7 @@ mod tests {
                 event_id: EventId::from(ORIGINAL),
                 sender: UserId::from("@alice:localhost"),
                 sender_name: None,
-                origin_server_ts: 1_795_991_839_700,
+                origin_server_ts: Timestamp(1_795_991_839_700),
                 content: Some(MessageContent {
                     msgtype: MsgType::Text,
                     body: "hello from alice".to_owned(),
@@ -1045,7 +1045,7 @@ mod tests {
                 room: room(),
                 event_id: EventId::from("$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M"),
                 sender: UserId::from("@bob:localhost"),
-                origin_server_ts: 1_795_991_839_857,
+                origin_server_ts: Timestamp(1_795_991_839_857),
                 relates_to: EventId::from(ORIGINAL),
                 key: "\u{1F44D}\u{FE0F}".to_owned(),
                 device: mc_model::DeviceTrust::PlaintextRoom,
@@ -1180,7 +1180,7 @@ mod tests {
                 room: room(),
                 event_id: EventId::from("$rU_PwRvMSCf4rzr2Ejx-Bx9-J5XbKprdT0m_SxIc7tk"),
                 sender: UserId::from("@bob:localhost"),
-                origin_server_ts: 1_795_991_839_977,
+                origin_server_ts: Timestamp(1_795_991_839_977),
                 redacts: EventId::from("$VnuFczD_dzR-SVIn_6u8s94qgDIyeGIedDQJd55T35M"),
             })
         );
@@ -1247,7 +1247,7 @@ mod tests {
         let m = message(REDACTED_MESSAGE);
         assert_eq!(m.event_id, EventId::from(ORIGINAL));
         assert_eq!(m.sender, UserId::from("@alice:localhost"));
-        assert_eq!(m.origin_server_ts, 1_795_991_839_700);
+        assert_eq!(m.origin_server_ts, Timestamp(1_795_991_839_700));
         assert_eq!(m.content, None);
     }
 
@@ -1477,7 +1477,7 @@ mod tests {
                 event_id: EventId::from("$Encrypt3dxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
                 sender: UserId::from("@alice:localhost"),
                 sender_name: None,
-                origin_server_ts: 1_795_991_840_500,
+                origin_server_ts: Timestamp(1_795_991_840_500),
                 session_id: Some("9bYk6P4QJwVsQXm3nq5Rkq2GTRk7sYgQ1yJ6hY0p5vA".to_owned()),
             })
         );

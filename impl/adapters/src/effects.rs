@@ -7,7 +7,7 @@
 //! [`posted`]), and how long the engine sleeps until the model's next deadline
 //! ([`tick_wait`]).
 
-use mc_model::{AgentWrite, EffectId, EventId, Input, Millis, Outcome, RoomId};
+use mc_model::{AgentWrite, EffectId, EventId, Input, Outcome, RoomId, Timestamp};
 use std::time::Duration;
 
 /// The room lane an agent's write runs in: its room (for a join, the id or alias it
@@ -81,9 +81,9 @@ pub fn posted(id: EffectId, result: Result<EventId, String>) -> Input {
 /// How long the engine waits for its next input before it hands the model a tick:
 /// until the model's next deadline (at once when it is past), or an hour when the
 /// model has none.
-pub fn tick_wait(next_deadline: Option<Millis>, now: Millis) -> Duration {
+pub fn tick_wait(next_deadline: Option<Timestamp>, now: Timestamp) -> Duration {
     match next_deadline {
-        Some(at) => Duration::from_millis(at.saturating_sub(now)),
+        Some(at) => Duration::from_millis(at.saturating_since(now)),
         None => Duration::from_secs(3600),
     }
 }
@@ -195,8 +195,14 @@ mod tests {
 
     #[test]
     fn the_engine_sleeps_until_the_next_deadline_or_an_hour_without_one() {
-        assert_eq!(tick_wait(Some(1_500), 1_000), Duration::from_millis(500));
-        assert_eq!(tick_wait(Some(1_000), 1_500), Duration::ZERO);
-        assert_eq!(tick_wait(None, 1_000), Duration::from_secs(3600));
+        assert_eq!(
+            tick_wait(Some(Timestamp(1_500)), Timestamp(1_000)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            tick_wait(Some(Timestamp(1_000)), Timestamp(1_500)),
+            Duration::ZERO
+        );
+        assert_eq!(tick_wait(None, Timestamp(1_000)), Duration::from_secs(3600));
     }
 }

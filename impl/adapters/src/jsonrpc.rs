@@ -27,7 +27,7 @@ pub const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC 2.0 section 5.1: the method is known but its params do not fit it.
 pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC 2.0 section 5.1: internal error; here, a request of a batch that got no
-/// answer of its own ([`Outcome`]).
+/// answer of its own ([`Handling`]).
 pub const INTERNAL_ERROR: i64 = -32603;
 
 /// The most bytes the answers of one batch may hold together, as serialized JSON. A
@@ -264,7 +264,7 @@ pub fn batch_refused(revision: Option<&str>) -> Rejection {
 
 /// What the MCP library made of one message of a batch, as the server saw it.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
+pub enum Handling {
     /// Taken with nothing to answer (HTTP 202).
     Accepted,
     /// Answered with this JSON-RPC message (from a JSON body or an event stream).
@@ -319,7 +319,7 @@ impl BatchAnswer {
     /// [`BatchAnswer::remaining_bytes`]; otherwise an [`INTERNAL_ERROR`] with its
     /// `id` whose message says what happened. A notification or a response adds
     /// nothing; the caller logs what was refused.
-    pub fn add(&mut self, item: &Value, outcome: Outcome) {
+    pub fn add(&mut self, item: &Value, outcome: Handling) {
         if kind(item) != Some(Kind::Request) {
             return;
         }
@@ -341,7 +341,7 @@ impl BatchAnswer {
             ))
         };
         let response = match outcome {
-            Outcome::Answered(message) if answers(&message, &id) => {
+            Handling::Answered(message) if answers(&message, &id) => {
                 let size = serde_json::to_vec(&message).map_or(usize::MAX, |b| b.len());
                 if size > limit {
                     too_large(limit)
@@ -349,21 +349,21 @@ impl BatchAnswer {
                     message
                 }
             }
-            Outcome::Answered(message) => error(format!(
+            Handling::Answered(message) => error(format!(
                 "{method}: answered with a message that is not its response: {}",
                 excerpt(&message.to_string())
             )),
-            Outcome::Accepted => error(format!(
+            Handling::Accepted => error(format!(
                 "{method}: the server took the request without answering it"
             )),
-            Outcome::TooLarge { limit } => too_large(limit),
-            Outcome::Failed(detail) => error(format!("{method}: {}", excerpt(&detail))),
-            Outcome::Late { deadline_ms } => error(format!(
+            Handling::TooLarge { limit } => too_large(limit),
+            Handling::Failed(detail) => error(format!("{method}: {}", excerpt(&detail))),
+            Handling::Late { deadline_ms } => error(format!(
                 "{method}: not answered within the batch's deadline of {deadline_ms} ms \
                  (batch_deadline_ms); it may still take effect: send long requests alone, \
                  one message per POST"
             )),
-            Outcome::NotStarted { deadline_ms } => error(format!(
+            Handling::NotStarted { deadline_ms } => error(format!(
                 "{method}: not started, nothing was done: the batch's deadline of \
                  {deadline_ms} ms (batch_deadline_ms) passed before its turn"
             )),
@@ -382,20 +382,20 @@ impl BatchAnswer {
 /// Why a notification of a batch was not taken, for the session that sent it (a
 /// `permission_request`, which the session waits on: it is told this instead of a
 /// verdict, as for one whose params cannot be read); `None` when it was taken, or may
-/// still be ([`Outcome::Late`]: handed over, and the library may act on it after the
+/// still be ([`Handling::Late`]: handed over, and the library may act on it after the
 /// deadline, so "not relayed" could be untrue).
-pub fn notification_not_taken(outcome: &Outcome) -> Option<String> {
+pub fn notification_not_taken(outcome: &Handling) -> Option<String> {
     let why = match outcome {
-        Outcome::Accepted | Outcome::Late { .. } => return None,
-        Outcome::NotStarted { deadline_ms } => format!(
+        Handling::Accepted | Handling::Late { .. } => return None,
+        Handling::NotStarted { deadline_ms } => format!(
             "the batch's deadline of {deadline_ms} ms (batch_deadline_ms) passed before its turn"
         ),
-        Outcome::Answered(message) => format!(
+        Handling::Answered(message) => format!(
             "the server answered it with {}",
             excerpt(&message.to_string())
         ),
-        Outcome::TooLarge { limit } => format!("the server answered it with over {limit} bytes"),
-        Outcome::Failed(detail) => format!("the server refused it: {}", excerpt(detail)),
+        Handling::TooLarge { limit } => format!("the server answered it with over {limit} bytes"),
+        Handling::Failed(detail) => format!("the server refused it: {}", excerpt(detail)),
     };
     Some(format!(
         "it came inside a JSON-RPC batch and was not taken ({why}); a permission_request \
@@ -476,12 +476,12 @@ mod tests {
 
     #[test]
     fn a_batched_notification_not_taken_is_told_why_and_one_taken_or_late_is_not() {
-        assert_eq!(notification_not_taken(&Outcome::Accepted), None);
+        assert_eq!(notification_not_taken(&Handling::Accepted), None);
         assert_eq!(
-            notification_not_taken(&Outcome::Late { deadline_ms: 50 }),
+            notification_not_taken(&Handling::Late { deadline_ms: 50 }),
             None
         );
-        let told = |outcome: Outcome, why: &str| {
+        let told = |outcome: Handling, why: &str| {
             let message = notification_not_taken(&outcome).expect("told");
             assert!(
                 message.starts_with("it came inside a JSON-RPC batch and was not taken (")
@@ -491,28 +491,28 @@ mod tests {
             );
         };
         told(
-            Outcome::NotStarted { deadline_ms: 50 },
+            Handling::NotStarted { deadline_ms: 50 },
             "(the batch's deadline of 50 ms (batch_deadline_ms) passed before its turn)",
         );
         told(
-            Outcome::Answered(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -1}})),
+            Handling::Answered(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -1}})),
             "(the server answered it with {\"",
         );
         assert!(
-            notification_not_taken(&Outcome::Answered(json!({"error": {"code": -1}})))
+            notification_not_taken(&Handling::Answered(json!({"error": {"code": -1}})))
                 .unwrap()
                 .contains("{\"code\":-1}")
         );
         told(
-            Outcome::TooLarge { limit: 9 },
+            Handling::TooLarge { limit: 9 },
             "(the server answered it with over 9 bytes)",
         );
         told(
-            Outcome::Failed("HTTP 500 Internal Server Error: boom".into()),
+            Handling::Failed("HTTP 500 Internal Server Error: boom".into()),
             "(the server refused it: HTTP 500 Internal Server Error: boom)",
         );
         let long = "x".repeat(500);
-        let message = notification_not_taken(&Outcome::Failed(long.clone())).unwrap();
+        let message = notification_not_taken(&Handling::Failed(long.clone())).unwrap();
         assert!(!message.contains(&long), "the detail is cut to an excerpt");
     }
 
@@ -718,18 +718,18 @@ mod tests {
         let ping = json!({"jsonrpc": "2.0", "id": "p", "result": {}});
         answer.add(
             &request(json!("p"), "ping"),
-            Outcome::Answered(ping.clone()),
+            Handling::Answered(ping.clone()),
         );
         let notification = json!({"jsonrpc": "2.0", "method": "notifications/x"});
         let response = json!({"jsonrpc": "2.0", "id": 3, "result": {}});
         // Whatever became of them, a notification and a response are never answered.
         for outcome in [
-            Outcome::Accepted,
-            Outcome::Failed("HTTP 400: no".into()),
-            Outcome::Answered(ping.clone()),
-            Outcome::TooLarge { limit: 1 },
-            Outcome::Late { deadline_ms: 1 },
-            Outcome::NotStarted { deadline_ms: 1 },
+            Handling::Accepted,
+            Handling::Failed("HTTP 400: no".into()),
+            Handling::Answered(ping.clone()),
+            Handling::TooLarge { limit: 1 },
+            Handling::Late { deadline_ms: 1 },
+            Handling::NotStarted { deadline_ms: 1 },
         ] {
             answer.add(&notification, outcome.clone());
             answer.add(&response, outcome);
@@ -737,12 +737,12 @@ mod tests {
         let listed = json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -1, "message": "m"}});
         answer.add(
             &request(json!(2), "tools/list"),
-            Outcome::Answered(listed.clone()),
+            Handling::Answered(listed.clone()),
         );
         assert_eq!(answer.finish(), Some(json!([ping, listed])));
 
         let mut quiet = BatchAnswer::new();
-        quiet.add(&notification, Outcome::Failed("HTTP 404: gone".into()));
+        quiet.add(&notification, Handling::Failed("HTTP 404: gone".into()));
         assert_eq!(
             quiet.finish(),
             None,
@@ -754,32 +754,32 @@ mod tests {
     fn a_request_without_its_own_response_gets_an_internal_error_saying_why() {
         let cases = [
             (
-                Outcome::Accepted,
+                Handling::Accepted,
                 "tools/call: the server took the request without answering",
             ),
             (
-                Outcome::Failed("HTTP 500: boom".into()),
+                Handling::Failed("HTTP 500: boom".into()),
                 "tools/call: HTTP 500: boom",
             ),
             (
-                Outcome::Answered(json!({"jsonrpc": "2.0", "id": 8, "result": {}})),
+                Handling::Answered(json!({"jsonrpc": "2.0", "id": 8, "result": {}})),
                 "tools/call: answered with a message that is not its response: ",
             ),
             (
-                Outcome::Answered(json!({"jsonrpc": "2.0", "id": 7, "method": "x"})),
+                Handling::Answered(json!({"jsonrpc": "2.0", "id": 7, "method": "x"})),
                 "answered with a message that is not its response",
             ),
             (
-                Outcome::Late { deadline_ms: 250 },
+                Handling::Late { deadline_ms: 250 },
                 "not answered within the batch's deadline of 250 ms (batch_deadline_ms); it \
                  may still take effect",
             ),
             (
-                Outcome::NotStarted { deadline_ms: 250 },
+                Handling::NotStarted { deadline_ms: 250 },
                 "tools/call: not started, nothing was done: the batch's deadline of 250 ms",
             ),
             (
-                Outcome::TooLarge { limit: 12 },
+                Handling::TooLarge { limit: 12 },
                 "tools/call: its answer is over 12 bytes, what was left of the 8388608 bytes",
             ),
         ];
@@ -799,7 +799,7 @@ mod tests {
         }
         assert_eq!(INTERNAL_ERROR, -32603);
         let mut long = BatchAnswer::new();
-        long.add(&request(json!(1), "m"), Outcome::Failed("x".repeat(500)));
+        long.add(&request(json!(1), "m"), Handling::Failed("x".repeat(500)));
         let long = long.finish().unwrap();
         assert_eq!(error_of(&long[0]).1, format!("m: {}", "x".repeat(200)));
     }
@@ -814,7 +814,7 @@ mod tests {
         let first_len = serde_json::to_vec(&first).unwrap().len();
         answer.add(
             &request(json!(1), "tools/call"),
-            Outcome::Answered(first.clone()),
+            Handling::Answered(first.clone()),
         );
         assert_eq!(answer.remaining_bytes(), MAX_BATCH_ANSWER_BYTES - first_len);
         // Exactly what is left fits; one byte more does not.
@@ -825,11 +825,11 @@ mod tests {
         let mut fits = answer.clone();
         fits.add(
             &request(json!(2), "tools/call"),
-            Outcome::Answered(exact.clone()),
+            Handling::Answered(exact.clone()),
         );
         assert_eq!(fits.remaining_bytes(), 0);
         assert_eq!(fits.finish(), Some(json!([first.clone(), exact])));
-        answer.add(&request(json!(3), "tools/call"), Outcome::Answered(over));
+        answer.add(&request(json!(3), "tools/call"), Handling::Answered(over));
         let after_error = answer.remaining_bytes();
         let responses = answer.finish().unwrap();
         assert_eq!(responses[0], first);

@@ -6,7 +6,7 @@
 //! Every event is one input: a message, reaction, redaction or membership as what it
 //! is, an event the Matrix library could not decrypt as [`Input::Undecryptable`], and
 //! what is no input of the core's (state, other types, malformed, or not even a
-//! readable envelope) as [`Input::NotInput`], which the model drops with its reason.
+//! readable envelope) as [`Input::Unhandled`], which the model drops with its reason.
 
 use crate::decode::{self, DecodeError, Decoded};
 use mc_model::{EventId, IdentityId, Input, RoomId, UserId};
@@ -80,7 +80,7 @@ pub fn input(identity: &IdentityId, room: RoomId, decoded: Decoded, found: Found
             event.sender_name = found.display_name;
             Input::Undecryptable { identity, event }
         }
-        Decoded::Ignored(ignored) => Input::NotInput {
+        Decoded::Ignored(ignored) => Input::Unhandled {
             identity,
             room,
             what: ignored.describe(),
@@ -93,7 +93,7 @@ pub fn input(identity: &IdentityId, room: RoomId, decoded: Decoded, found: Found
 /// The input of an event in `room` whose envelope cannot be read: no input, named by
 /// nothing but its room.
 pub fn unreadable(identity: &IdentityId, room: RoomId, error: &DecodeError) -> Input {
-    Input::NotInput {
+    Input::Unhandled {
         identity: identity.clone(),
         room,
         event_id: None,
@@ -307,7 +307,7 @@ mod tests {
         let what = ignored.describe();
         assert_eq!(
             input(&bot(), room(), topic, found()),
-            Input::NotInput {
+            Input::Unhandled {
                 identity: bot(),
                 room: room(),
                 event_id: Some(EventId("$t".into())),
@@ -323,7 +323,7 @@ mod tests {
             decode::decode_timeline_event(&room(), "[1]", DeviceTrust::PlaintextRoom).unwrap_err();
         assert_eq!(
             unreadable(&bot(), room(), &error),
-            Input::NotInput {
+            Input::Unhandled {
                 identity: bot(),
                 room: room(),
                 event_id: None,

@@ -6,7 +6,7 @@ use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
     AgentWrite, Channel, EventId, IdentityConfig, IdentityId, Input, Message, MessageContent,
-    Millis, MsgType, PermissionRequest, PromptText, RequestId, RoomId, SessionId, UserId,
+    MsgType, PermissionRequest, PromptText, RequestId, RoomId, SessionId, Timestamp, UserId,
 };
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -131,8 +131,8 @@ impl Wire for FakeWire {
     }
 }
 
-pub(super) fn clock() -> Millis {
-    1_700_000_000_000
+pub(super) fn clock() -> Timestamp {
+    Timestamp(1_700_000_000_000)
 }
 
 pub(super) fn channel() -> Channel {
@@ -191,7 +191,7 @@ pub(super) fn say(event: &str, body: &str) -> Input {
             event_id: EventId(event.into()),
             sender: UserId(ALICE.into()),
             sender_name: Some("Alice".into()),
-            origin_server_ts: 5,
+            origin_server_ts: Timestamp(5),
             content: Some(MessageContent {
                 msgtype: MsgType::Text,
                 body: body.into(),

@@ -34,8 +34,8 @@ pub use run::spawn;
 use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
-    AgentWrite, Channel, DropReason, EventId, IdentityId, Input, Millis, PromptText, RoomId,
-    SessionId,
+    AgentWrite, Channel, DropReason, EventId, IdentityId, Input, PromptText, RoomId, SessionId,
+    Timestamp,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -104,12 +104,15 @@ pub enum WriteAnswer {
 
 pub use mc_adapters::params::{channel_params, verdict_params};
 
-/// Milliseconds since the Unix epoch: the model's clock.
-pub fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or(0)
+/// The wall clock as the model's instant: milliseconds since the Unix epoch (0 if
+/// the system clock is before it).
+pub fn now_ms() -> Timestamp {
+    Timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    )
 }
 
 enum Command {
@@ -277,6 +280,6 @@ mod tests {
 
     #[test]
     fn the_models_clock_is_the_unix_time_in_milliseconds() {
-        assert!(now_ms() > 1_700_000_000_000);
+        assert!(now_ms() > Timestamp(1_700_000_000_000));
     }
 }

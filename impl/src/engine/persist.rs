@@ -3,7 +3,7 @@
 //! model acts on it.
 
 use crate::journal::Journal;
-use mc_model::{Channel, Input, Millis};
+use mc_model::{Channel, Input, Timestamp};
 
 /// Where the engine keeps its state: every input is made durable before the model
 /// acts on it ([`Persist::append`]), so a crash loses no input the engine took.
@@ -11,7 +11,7 @@ pub trait Persist: Send + Sync + 'static {
     /// Makes `input`, about to be handed to the model at `now`, durable. The engine
     /// acts on no input this did not take: on an error it logs it and stops.
     /// Errors: a reason for the log.
-    fn append(&mut self, now: Millis, input: &Input) -> Result<(), String>;
+    fn append(&mut self, now: Timestamp, input: &Input) -> Result<(), String>;
     /// Makes `channel`, the state the engine starts from, durable: the inputs that
     /// follow are appended to it. Called once, before the first input.
     /// Errors: a reason for the log; the engine then takes no input.
@@ -44,7 +44,7 @@ impl Persist for JournalPersist {
         self.journal().snapshot(channel).map_err(|e| e.to_string())
     }
 
-    fn append(&mut self, now: Millis, input: &Input) -> Result<(), String> {
+    fn append(&mut self, now: Timestamp, input: &Input) -> Result<(), String> {
         self.journal().append(now, input).map_err(|e| e.to_string())
     }
 
@@ -74,7 +74,7 @@ impl Persist for JournalPersist {
 pub struct NoPersist;
 
 impl Persist for NoPersist {
-    fn append(&mut self, _: Millis, _: &Input) -> Result<(), String> {
+    fn append(&mut self, _: Timestamp, _: &Input) -> Result<(), String> {
         Ok(())
     }
 }
@@ -96,7 +96,7 @@ mod tests {
     }
 
     impl Persist for LogPersist {
-        fn append(&mut self, _: Millis, input: &Input) -> Result<(), String> {
+        fn append(&mut self, _: Timestamp, input: &Input) -> Result<(), String> {
             let mut log = self.log.lock().unwrap();
             if self.refuse_from.is_some_and(|n| log.len() >= n) {
                 return Err("disk full".into());

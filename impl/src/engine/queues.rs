@@ -195,7 +195,7 @@ mod tests {
     use super::*;
     use crate::engine::fake::*;
     use crate::engine::{spawn, NoPersist};
-    use mc_model::{IdentityConfig, SessionState, UserId};
+    use mc_model::{IdentityConfig, SessionPhase, UserId};
     use serde_json::json;
     use std::sync::Arc;
 
@@ -215,7 +215,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(queued, 1);
-        assert_eq!(state, SessionState::Detached);
+        assert_eq!(state, SessionPhase::Detached);
         wire.failing.lock().unwrap().clear();
         engine.submit(attach("s1")).unwrap();
         settle(&engine).await;

@@ -12,7 +12,7 @@ use super::{
 };
 use mc_adapters::effects::{completed, posted, prompt_txn_id, tick_wait, write_lane};
 use mc_model::{
-    CallId, Channel, Effect, EffectId, IdentityId, Input, Millis, Outcome, PromptText, RoomId,
+    CallId, Channel, Effect, EffectId, IdentityId, Input, Outcome, PromptText, RoomId, Timestamp,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -25,7 +25,7 @@ pub fn spawn<W: Wire, P: Persist>(
     channel: Channel,
     wire: std::sync::Arc<W>,
     persist: P,
-    clock: fn() -> Millis,
+    clock: fn() -> Timestamp,
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let counters = std::sync::Arc::<Counters>::default();
@@ -66,7 +66,7 @@ struct Engine<W, P> {
     channel: Channel,
     wire: std::sync::Arc<W>,
     persist: P,
-    clock: fn() -> Millis,
+    clock: fn() -> Timestamp,
     /// The journal refused an input: the engine takes no more.
     stopped: bool,
     sessions: SessionQueues,
@@ -328,7 +328,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             } => {
                 tracing::info!(
                     %identity, %session, request_id = request_id.as_str(),
-                    behavior = decision.behavior.as_str(), by = %decision.by, at,
+                    behavior = decision.behavior.as_str(), by = %decision.by, at = at.0,
                     via = ?decision.via, "verdict"
                 );
             }
@@ -356,7 +356,7 @@ mod tests {
     use crate::engine::fake::*;
     use crate::engine::{now_ms, NoPersist, WriteAnswer};
     use crate::write::{ToolError, Written};
-    use mc_model::{DropReason, EventId, IdentityConfig, SessionId, SessionState, UserId};
+    use mc_model::{DropReason, EventId, IdentityConfig, SessionId, SessionPhase, UserId};
     use serde_json::json;
     use std::sync::Arc;
     use std::time::Duration;
@@ -493,7 +493,7 @@ mod tests {
         assert!(answerable, "the post's outcome reached the model");
         assert_eq!(
             live,
-            SessionState::Detached,
+            SessionPhase::Detached,
             "the old process's stream is gone"
         );
         assert_eq!(queued, 2, "both pushes in flight went back to the queue");
@@ -530,8 +530,8 @@ mod tests {
     static ACK_CLOCK: std::sync::atomic::AtomicU64 =
         std::sync::atomic::AtomicU64::new(1_700_000_000_000);
 
-    fn ack_clock() -> Millis {
-        ACK_CLOCK.load(std::sync::atomic::Ordering::SeqCst)
+    fn ack_clock() -> Timestamp {
+        Timestamp(ACK_CLOCK.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     #[tokio::test]

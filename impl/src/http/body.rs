@@ -184,7 +184,7 @@ pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Ne
     let mut answer = mc_adapters::jsonrpc::BatchAnswer::new();
     for item in items {
         let outcome = if tokio::time::Instant::now() >= deadline {
-            mc_adapters::jsonrpc::Outcome::NotStarted { deadline_ms }
+            mc_adapters::jsonrpc::Handling::NotStarted { deadline_ms }
         } else {
             let body =
                 axum::body::Body::from(serde_json::to_vec(&item).expect("a JSON value serializes"));
@@ -197,10 +197,10 @@ pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Ne
             };
             tokio::time::timeout_at(deadline, handled)
                 .await
-                .unwrap_or(mc_adapters::jsonrpc::Outcome::Late { deadline_ms })
+                .unwrap_or(mc_adapters::jsonrpc::Handling::Late { deadline_ms })
         };
         if mc_adapters::jsonrpc::kind(&item) != Some(mc_adapters::jsonrpc::Kind::Request)
-            && outcome != mc_adapters::jsonrpc::Outcome::Accepted
+            && outcome != mc_adapters::jsonrpc::Handling::Accepted
         {
             // JSON-RPC answers no notification and no response, not even in a batch.
             tracing::warn!(
@@ -226,7 +226,7 @@ fn permission_request_not_taken(
     engine: &EngineHandle,
     parts: &axum::http::request::Parts,
     item: &serde_json::Value,
-    outcome: &mc_adapters::jsonrpc::Outcome,
+    outcome: &mc_adapters::jsonrpc::Handling,
 ) {
     use mc_adapters::jsonrpc::{kind, method, Kind};
     if kind(item) != Some(Kind::Notification)
@@ -262,12 +262,12 @@ async fn batch_outcome(
     response: Response,
     item: &serde_json::Value,
     limit: usize,
-) -> mc_adapters::jsonrpc::Outcome {
-    use mc_adapters::jsonrpc::{answers, kind, Kind, Outcome};
+) -> mc_adapters::jsonrpc::Handling {
+    use mc_adapters::jsonrpc::{answers, kind, Handling, Kind};
     let id = item.get("id");
     let status = response.status();
     if status == StatusCode::ACCEPTED {
-        return Outcome::Accepted;
+        return Handling::Accepted;
     }
     let content_type = response
         .headers()
@@ -279,7 +279,7 @@ async fn batch_outcome(
         let mut events = sse_stream::SseStream::new(response.into_body());
         while let Some(event) = events.next().await {
             let Ok(event) = event else {
-                return Outcome::Failed("the answer's event stream broke".into());
+                return Handling::Failed("the answer's event stream broke".into());
             };
             let Some(data) = event.data else { continue };
             let Ok(message) = serde_json::from_str::<serde_json::Value>(&data) else {
@@ -287,24 +287,24 @@ async fn batch_outcome(
             };
             if id.is_some_and(|id| answers(&message, id)) {
                 // Its size is judged by `BatchAnswer::add`.
-                return Outcome::Answered(message);
+                return Handling::Answered(message);
             }
         }
-        return Outcome::Failed("the answer's event stream ended without a response".into());
+        return Handling::Failed("the answer's event stream ended without a response".into());
     }
     let body = match axum::body::to_bytes(response.into_body(), limit).await {
         Ok(body) => body,
-        Err(e) if over_the_limit(&e) => return Outcome::TooLarge { limit },
-        Err(e) => return Outcome::Failed(format!("HTTP {status}, its body unreadable: {e}")),
+        Err(e) if over_the_limit(&e) => return Handling::TooLarge { limit },
+        Err(e) => return Handling::Failed(format!("HTTP {status}, its body unreadable: {e}")),
     };
     if let Ok(message) = serde_json::from_slice::<serde_json::Value>(&body) {
         if status.is_success()
             || (kind(&message) == Some(Kind::Response) && message.get("error").is_some())
         {
-            return Outcome::Answered(message);
+            return Handling::Answered(message);
         }
     }
-    Outcome::Failed(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
+    Handling::Failed(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)))
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ fn verification(state: &VerificationState) -> Verification {
 /// not, strict clients share no room keys with it (MSC4153), and the line names the
 /// command that fixes it) and whether server-side key backup is on.
 pub async fn report_device_state(identity: Identity) {
-    use crate::crypto::DeviceTrust;
+    use crate::crypto::OwnDeviceSigning;
     let name = &identity.name;
     identity
         .client
@@ -141,18 +141,18 @@ pub async fn report_device_state(identity: Identity) {
              enable --identity {name}` turns it on)"
         );
     }
-    match crate::crypto::device_trust(&identity.client).await {
-        Ok(DeviceTrust::CrossSigned) => {
+    match crate::crypto::own_device_signing(&identity.client).await {
+        Ok(OwnDeviceSigning::CrossSigned) => {
             tracing::info!(identity = %name, "the device is cross-signed by its own identity")
         }
-        Ok(DeviceTrust::NoCrossSigning) => tracing::warn!(
+        Ok(OwnDeviceSigning::NoCrossSigning) => tracing::warn!(
             identity = %name,
             "the account has no cross-signing keys, so clients that share room keys only with \
              cross-signed devices (Element's \"exclude insecure devices\") send this device \
              none: stop the server and run `matrix-channel login --identity {name}` (it asks \
              for the password once and sets up cross-signing)"
         ),
-        Ok(DeviceTrust::NotSigned) => tracing::warn!(
+        Ok(OwnDeviceSigning::NotSigned) => tracing::warn!(
             identity = %name,
             "the account has cross-signing keys that this store does not hold, so this device \
              is not cross-signed and strict clients send it no room keys: stop the server and \

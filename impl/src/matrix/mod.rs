@@ -171,7 +171,7 @@ fn set_aside_orphaned_store(store: &Store, name: &str) -> anyhow::Result<Option<
 /// What [`login`] did: the new device's id and its cross-signing state.
 pub struct LoggedIn {
     pub device: String,
-    pub trust: crate::crypto::DeviceTrust,
+    pub trust: crate::crypto::OwnDeviceSigning,
 }
 
 /// Logs the identity in with a password, once: a new device whose session and keys

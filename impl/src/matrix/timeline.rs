@@ -43,7 +43,7 @@ impl RoomView for Room {
 /// name; which input it becomes is [`mc_adapters::timeline`]'s. Every event is one
 /// input: a membership ([`Input::Membership`]), and what is no input of the core's
 /// (state, other types, malformed, or not even a readable envelope) as
-/// [`Input::NotInput`], which the model drops with its reason. An event the SDK
+/// [`Input::Unhandled`], which the model drops with its reason. An event the SDK
 /// could not decrypt is [`Input::Undecryptable`]. `device` is what the SDK says of
 /// the device a decrypted event came from ([`super::sender_device`]).
 pub async fn timeline_input(

@@ -4,7 +4,7 @@
 //! push is delivered again; a sync gap cut is told to the sessions.
 
 use super::identity::IdentityState;
-use super::sessions::SessionState;
+use super::sessions::SessionPhase;
 use super::{InFlight, Out};
 use crate::effect::{ChannelNotification, DropReason, Effect};
 use crate::ids::{EventId, RoomId, SessionId, UserId};
@@ -63,7 +63,7 @@ impl IdentityState {
         let attaching = self
             .sessions
             .values()
-            .any(|state| matches!(state, SessionState::Attaching { .. }));
+            .any(|state| matches!(state, SessionPhase::Attaching { .. }));
         if (live.is_empty() || attaching) && !self.gap_cuts.contains(&room) {
             self.gap_cuts.push(room.clone());
         }

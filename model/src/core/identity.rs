@@ -4,8 +4,8 @@
 
 use super::delivery::{LogEntry, Queued};
 use super::prompts::Prompt;
-use super::rooms::RoomState;
-use super::sessions::SessionState;
+use super::rooms::JoinState;
+use super::sessions::SessionPhase;
 use super::undecryptable::Parked;
 use crate::config::IdentityConfig;
 use crate::ids::{EventId, RoomId, SessionId};
@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct IdentityState {
     pub(super) config: IdentityConfig,
-    pub(super) sessions: BTreeMap<SessionId, SessionState>,
+    pub(super) sessions: BTreeMap<SessionId, SessionPhase>,
     /// Which attach of each session is the current one: a failure reported for a
     /// push or verdict sent to an earlier attach does not detach the session.
     pub(super) generations: BTreeMap<SessionId, u64>,
@@ -35,7 +35,7 @@ pub struct IdentityState {
     /// The identity's membership of each room it heard of (`Input::Membership`).
     /// Only events of a room in `Joined` are input.
     #[serde(default)]
-    pub(super) rooms: BTreeMap<RoomId, RoomState>,
+    pub(super) rooms: BTreeMap<RoomId, JoinState>,
     /// Events dropped as `NotJoined`, oldest first, at most [`HISTORY_MEMORY`]: a sync
     /// that delivers them again after the join (a response replayed after a crash)
     /// must not make history input.
@@ -49,7 +49,7 @@ pub struct IdentityState {
     /// the next session that attaches (see `Input::GapCut`).
     #[serde(default)]
     pub(super) gap_cuts: Vec<RoomId>,
-    /// What was delivered to each session in [`SessionState::Attaching`], oldest
+    /// What was delivered to each session in [`SessionPhase::Attaching`], oldest
     /// first: pushed when its grace ends, or delivered again (elsewhere or to the
     /// queue) when it detaches first.
     #[serde(default)]
@@ -92,7 +92,7 @@ impl IdentityState {
     }
 
     /// The identity's membership of each room it heard of.
-    pub fn rooms(&self) -> &BTreeMap<RoomId, RoomState> {
+    pub fn rooms(&self) -> &BTreeMap<RoomId, JoinState> {
         &self.rooms
     }
 
@@ -107,7 +107,7 @@ impl IdentityState {
     }
 
     /// Known sessions and whether each is live.
-    pub fn sessions(&self) -> &BTreeMap<SessionId, SessionState> {
+    pub fn sessions(&self) -> &BTreeMap<SessionId, SessionPhase> {
         &self.sessions
     }
 

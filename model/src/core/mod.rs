@@ -32,15 +32,15 @@ mod writes;
 pub use delivery::{LogEntry, Queued, Record};
 pub use identity::IdentityState;
 pub use prompts::{Phase, Prompt};
-pub use rooms::{RoomState, HISTORY_MEMORY};
-pub use sessions::SessionState;
+pub use rooms::{JoinState, HISTORY_MEMORY};
+pub use sessions::SessionPhase;
 pub use undecryptable::{Parked, UNDECRYPTABLE_MEMORY};
 pub use verdicts::Vote;
 
 use crate::config::{ConfigError, IdentityConfig};
 use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PromptText};
 use crate::event::{Input, Outcome, PermissionRequest};
-use crate::ids::{CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, UserId};
+use crate::ids::{CallId, EffectId, EventId, IdentityId, RoomId, SessionId, Timestamp, UserId};
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -51,7 +51,7 @@ use std::collections::BTreeMap;
 /// a restart loses no pending prompt and no delivery record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Channel {
-    now: Millis,
+    now: Timestamp,
     next_effect_id: u64,
     identities: BTreeMap<IdentityId, IdentityState>,
     in_flight: BTreeMap<EffectId, InFlight>,
@@ -104,7 +104,7 @@ enum InFlight {
 
 /// Where effects go while one input is handled.
 struct Out<'a> {
-    now: Millis,
+    now: Timestamp,
     identity: IdentityId,
     next_effect_id: &'a mut u64,
     in_flight: &'a mut BTreeMap<EffectId, InFlight>,
@@ -160,7 +160,7 @@ impl Channel {
     }
 
     /// The current time as the core knows it: the largest `now` handled so far.
-    pub fn now(&self) -> Millis {
+    pub fn now(&self) -> Timestamp {
         self.now
     }
 
@@ -190,7 +190,7 @@ impl Channel {
     /// expires, an undecryptable event's grace period ends, or a session's attach
     /// grace), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
     /// then (or earlier).
-    pub fn next_deadline(&self) -> Option<Millis> {
+    pub fn next_deadline(&self) -> Option<Timestamp> {
         let prompts = self
             .identities
             .values()
@@ -209,8 +209,8 @@ impl Channel {
             .values()
             .flat_map(|state| state.sessions.values())
             .filter_map(|session| match session {
-                SessionState::Attaching { until } => Some(*until),
-                SessionState::Live | SessionState::Detached => None,
+                SessionPhase::Attaching { until } => Some(*until),
+                SessionPhase::Live | SessionPhase::Detached => None,
             });
         prompts.chain(parked).chain(attaching).min()
     }
@@ -218,7 +218,7 @@ impl Channel {
     /// Handles one input at `now` (milliseconds; a `now` earlier than one already seen
     /// is taken as that one, so time never runs backwards). Timers that are due fire
     /// first, then the input is applied. Returns the effects in the order to execute.
-    pub fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
+    pub fn handle(&mut self, now: Timestamp, input: Input) -> Vec<Effect> {
         self.now = self.now.max(now);
         let now = self.now;
         let mut effects = Vec::new();
@@ -250,7 +250,7 @@ impl Channel {
 
     /// Applies an input that names an identity ([`Input::identity`]) to that
     /// identity's state.
-    fn identity_input(&mut self, now: Millis, input: Input, effects: &mut Vec<Effect>) {
+    fn identity_input(&mut self, now: Timestamp, input: Input, effects: &mut Vec<Effect>) {
         let Some(identity) = input.identity().cloned() else {
             return;
         };
@@ -315,12 +315,12 @@ impl Channel {
                 membership,
                 ..
             } => state.on_membership(room, event_id, user, membership, &mut out),
-            Input::NotInput {
+            Input::Unhandled {
                 event_id,
                 sender,
                 what,
                 ..
-            } => state.on_not_input(event_id, sender, what, &mut out),
+            } => state.on_unhandled(event_id, sender, what, &mut out),
             Input::Undecryptable { event, .. } => state.on_undecryptable(event, &mut out),
             Input::GapCut { room, .. } => state.on_gap_cut(room, &mut out),
             // Named no identity: handled by `handle` itself.
@@ -330,7 +330,7 @@ impl Channel {
 
     /// See [`Input::Restarted`]. Sessions are detached first, so what the failed
     /// pushes carried goes back to the queue rather than to a stream that is gone.
-    fn restarted(&mut self, now: Millis, effects: &mut Vec<Effect>) {
+    fn restarted(&mut self, now: Timestamp, effects: &mut Vec<Effect>) {
         for (identity, state) in self.identities.iter_mut() {
             let mut out = Out {
                 now,
@@ -342,7 +342,7 @@ impl Channel {
             // Every session is detached before any held push is given back, or one
             // would be delivered to a session the loop has not reached yet.
             for session in state.sessions.values_mut() {
-                *session = SessionState::Detached;
+                *session = SessionPhase::Detached;
             }
             let sessions: Vec<SessionId> = state.sessions.keys().cloned().collect();
             for session in sessions {
@@ -384,7 +384,7 @@ impl Channel {
 
     fn complete(
         &mut self,
-        now: Millis,
+        now: Timestamp,
         id: EffectId,
         flight: InFlight,
         outcome: Outcome,

@@ -7,7 +7,7 @@ use super::verdicts::Vote;
 use super::{InFlight, Out};
 use crate::effect::{Decision, DropReason, Effect, PromptText};
 use crate::event::{Outcome, PermissionRequest};
-use crate::ids::{EffectId, EventId, Millis, RoomId, SessionId};
+use crate::ids::{EffectId, EventId, RoomId, SessionId, Timestamp};
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
 use crate::verdict::RequestId;
 use serde::{Deserialize, Serialize};
@@ -21,9 +21,9 @@ pub struct Prompt {
     pub serial: u64,
     pub request: PermissionRequest,
     pub room: RoomId,
-    pub created_at: Millis,
+    pub created_at: Timestamp,
     /// After this instant an unanswered prompt expires.
-    pub expires_at: Millis,
+    pub expires_at: Timestamp,
     pub phase: Phase,
 }
 
@@ -39,7 +39,7 @@ pub enum Phase {
     /// votes still there. Votes are in arrival order, keyed by reaction event.
     Settling {
         message: EventId,
-        until: Millis,
+        until: Timestamp,
         votes: Vec<(EventId, Vote)>,
     },
     /// Answered; waiting for the owner session to be live.

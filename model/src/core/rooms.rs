@@ -1,4 +1,4 @@
-//! The identity's memberships ([`RoomState`]): an invite is judged by the sender
+//! The identity's memberships ([`JoinState`]): an invite is judged by the sender
 //! gate (an allowed sender's is joined once, a stranger's stays pending), joins and
 //! their failures, and the events that came before a join (history, never input).
 
@@ -17,7 +17,7 @@ pub const HISTORY_MEMORY: usize = 1_000;
 /// The identity's membership of one room, as the core knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum RoomState {
+pub enum JoinState {
     /// Invited by `by`, and not joining (`by` is no allowed sender, or the join
     /// failed).
     Invited { by: UserId },
@@ -31,7 +31,7 @@ pub enum RoomState {
 
 impl IdentityState {
     pub(super) fn is_joined(&self, room: &RoomId) -> bool {
-        self.rooms.get(room) == Some(&RoomState::Joined)
+        self.rooms.get(room) == Some(&JoinState::Joined)
     }
 
     /// Whether the event is input by its room: the room is joined now and the event
@@ -82,7 +82,7 @@ impl IdentityState {
         }
         let by = match membership {
             Membership::Joined => {
-                self.rooms.insert(room, RoomState::Joined);
+                self.rooms.insert(room, JoinState::Joined);
                 return;
             }
             Membership::Left | Membership::Banned => {
@@ -90,19 +90,19 @@ impl IdentityState {
                 if self.last_room.as_ref() == Some(&room) {
                     self.last_room = None;
                 }
-                self.rooms.insert(room, RoomState::Left);
+                self.rooms.insert(room, JoinState::Left);
                 return;
             }
             Membership::Invited { by } => by,
         };
         match self.rooms.get(&room) {
-            Some(RoomState::Joining { .. } | RoomState::Joined) => {
+            Some(JoinState::Joining { .. } | JoinState::Joined) => {
                 return out.drop(event_id.as_ref(), DropReason::AlreadyInvited);
             }
             // An invite not acted on is judged again when it is reported again (the
             // server reports pending invites when it starts): a join that failed
             // is tried again; a stranger's invite stays refused.
-            Some(RoomState::Invited { .. } | RoomState::Left) | None => {}
+            Some(JoinState::Invited { .. } | JoinState::Left) | None => {}
         }
         match self.config.gate(&by) {
             Gate::Allowed | Gate::Approver => {
@@ -121,10 +121,10 @@ impl IdentityState {
                     identity: out.identity.clone(),
                     room: room.clone(),
                 });
-                self.rooms.insert(room, RoomState::Joining { by });
+                self.rooms.insert(room, JoinState::Joining { by });
             }
             gate @ (Gate::Own | Gate::Stranger) => {
-                self.rooms.insert(room, RoomState::Invited { by });
+                self.rooms.insert(room, JoinState::Invited { by });
                 let reason = match gate {
                     Gate::Own => DropReason::OwnEvent,
                     _ => DropReason::Stranger,
@@ -145,15 +145,15 @@ impl IdentityState {
         settled: bool,
         out: &mut Out<'_>,
     ) {
-        if !settled && self.rooms.get(&room) == Some(&RoomState::Joining { by: by.clone() }) {
-            self.rooms.insert(room, RoomState::Invited { by });
+        if !settled && self.rooms.get(&room) == Some(&JoinState::Joining { by: by.clone() }) {
+            self.rooms.insert(room, JoinState::Invited { by });
         }
         out.drop(None, DropReason::JoinFailed);
     }
 
     /// An event that is no input: the gate first (own and strangers' events say
     /// only that), then what it is.
-    pub(super) fn on_not_input(
+    pub(super) fn on_unhandled(
         &mut self,
         event_id: Option<EventId>,
         sender: Option<UserId>,
@@ -163,7 +163,7 @@ impl IdentityState {
         let reason = match sender.map(|s| self.config.gate(&s)) {
             Some(Gate::Own) => DropReason::OwnEvent,
             Some(Gate::Stranger) => DropReason::Stranger,
-            Some(Gate::Allowed | Gate::Approver) | None => DropReason::NotInput { what },
+            Some(Gate::Allowed | Gate::Approver) | None => DropReason::Unhandled { what },
         };
         out.drop(event_id.as_ref(), reason);
     }

@@ -8,7 +8,7 @@ use super::identity::IdentityState;
 use super::prompts::Phase;
 use super::Out;
 use crate::effect::DropReason;
-use crate::ids::{Millis, SessionId};
+use crate::ids::{SessionId, Timestamp};
 use crate::meta::MetaKey;
 use crate::render::{render_gap_cut, render_replay_cut};
 use serde::{Deserialize, Serialize};
@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 /// Whether a session's stream is open, and whether it is pushed to yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SessionState {
+pub enum SessionPhase {
     /// Attached, inside its attach grace ([`IdentityConfig::attach_grace_ms`]):
     /// nothing is pushed to it before `until` (ms). What is delivered to it
     /// meanwhile is held, in order, and pushed when the grace ends, after its
     /// verdicts, gap cuts and replay.
     Attaching {
-        until: Millis,
+        until: Timestamp,
     },
     /// Pushed to.
     Live,
@@ -31,13 +31,13 @@ pub enum SessionState {
 
 impl IdentityState {
     pub(super) fn is_live(&self, session: &SessionId) -> bool {
-        self.sessions.get(session) == Some(&SessionState::Live)
+        self.sessions.get(session) == Some(&SessionPhase::Live)
     }
 
     pub(super) fn live_sessions(&self) -> Vec<SessionId> {
         self.sessions
             .iter()
-            .filter(|(_, state)| **state == SessionState::Live)
+            .filter(|(_, state)| **state == SessionPhase::Live)
             .map(|(session, _)| session.clone())
             .collect()
     }
@@ -46,7 +46,7 @@ impl IdentityState {
     pub(super) fn is_attached(&self, session: &SessionId) -> bool {
         matches!(
             self.sessions.get(session),
-            Some(SessionState::Live | SessionState::Attaching { .. })
+            Some(SessionPhase::Live | SessionPhase::Attaching { .. })
         )
     }
 
@@ -63,7 +63,7 @@ impl IdentityState {
     /// sessions that lack it or to the queue.
     pub(super) fn set_detached(&mut self, session: &SessionId, out: &mut Out<'_>) {
         if let Some(state) = self.sessions.get_mut(session) {
-            *state = SessionState::Detached;
+            *state = SessionPhase::Detached;
         }
         self.unbriefed.remove(session);
         for held in self.held.remove(session).unwrap_or_default() {
@@ -89,13 +89,13 @@ impl IdentityState {
         let until = out.now.saturating_add(self.config.attach_grace_ms);
         self.unbriefed.remove(&session);
         self.sessions
-            .insert(session, SessionState::Attaching { until });
+            .insert(session, SessionPhase::Attaching { until });
     }
 
     /// The attach grace ended: its decided verdicts are sent, then the gap cuts, the
     /// queue's replay and what was held for it are pushed, in that order.
     pub(super) fn become_live(&mut self, session: SessionId, out: &mut Out<'_>) {
-        self.sessions.insert(session.clone(), SessionState::Live);
+        self.sessions.insert(session.clone(), SessionPhase::Live);
         self.unbriefed.insert(session.clone());
         let decided: Vec<u64> = self
             .prompts
@@ -127,7 +127,7 @@ impl IdentityState {
             .sessions
             .iter()
             .filter(|(_, state)| {
-                matches!(state, SessionState::Attaching { until } if *until <= out.now)
+                matches!(state, SessionPhase::Attaching { until } if *until <= out.now)
             })
             .map(|(session, _)| session.clone())
             .collect();

@@ -9,7 +9,7 @@ use super::Out;
 use crate::config::Gate;
 use crate::effect::DropReason;
 use crate::event::Undecryptable;
-use crate::ids::{EventId, Millis, UserId};
+use crate::ids::{EventId, Timestamp, UserId};
 use crate::render::{render_undecryptable, undecryptable_notice_text, PushKind};
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +22,7 @@ pub const UNDECRYPTABLE_MEMORY: usize = 1_000;
 pub struct Parked {
     pub event: Undecryptable,
     /// When the sessions are told it exists, unless it came decrypted before.
-    pub until: Millis,
+    pub until: Timestamp,
 }
 
 impl IdentityState {

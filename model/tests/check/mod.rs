@@ -28,7 +28,7 @@ use mc_model::{
     AgentText, AgentWrite, Behavior, CallId, Channel, DropReason, Effect, EffectId, EventId,
     IdentityId, Input, Membership, Message, MessageContent, MetaKey, Millis, MsgType, NewContent,
     Outcome, Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo, RequestId,
-    RoomId, SessionId, UserId, VerdictSource,
+    RoomId, SessionId, Timestamp, UserId, VerdictSource,
 };
 use mc_model::{Gate, IdentityConfig};
 use stateright::{Model, Property};
@@ -41,7 +41,7 @@ pub const SETTLE: Millis = 3_000;
 /// Prompt cap per identity in the world.
 pub const CAP: usize = 2;
 /// The world's clock at the start, ms.
-pub const START: Millis = 1_000;
+pub const START: Timestamp = Timestamp(1_000);
 
 /// Who acts in Matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -582,7 +582,7 @@ pub enum WMember {
 pub struct WPost {
     pub ident: Ident,
     pub room: RoomId,
-    pub issued: Millis,
+    pub issued: Timestamp,
 }
 
 /// A reaction in the world's record.
@@ -593,7 +593,7 @@ pub struct WReaction {
     pub who: Who,
     pub target: EventId,
     pub key: Key,
-    pub created: Millis,
+    pub created: Timestamp,
     /// Redacted by its own sender.
     pub redacted: bool,
     /// On a prompt, by someone who was an approver when it arrived: a vote.
@@ -608,7 +608,7 @@ pub struct WPrompt {
     pub rid: Rid,
     pub message: EventId,
     pub room: RoomId,
-    pub issued: Millis,
+    pub issued: Timestamp,
     /// Verdict sends to the session that completed.
     pub delivered: u8,
     /// Its message does not show an outcome yet: its request id is open.
@@ -623,7 +623,7 @@ pub struct WPrompt {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     pub channel: Channel,
-    pub now: Millis,
+    pub now: Timestamp,
     next_event: u32,
     used: Bounds,
     pub messages: Vec<WMessage>,
@@ -1464,7 +1464,7 @@ impl Model for World {
         }
         if let Some(deadline) = s.channel.next_deadline() {
             actions.push(Action::Tick);
-            if u.early_ticks < b.early_ticks && deadline > s.now + 1 {
+            if u.early_ticks < b.early_ticks && deadline > s.now.saturating_add(1) {
                 actions.push(Action::TickBefore);
             }
         }
@@ -1958,7 +1958,7 @@ impl Model for World {
                 let deadline = s.channel.next_deadline()?;
                 if action == Action::TickBefore {
                     s.used.early_ticks += 1;
-                    s.now = deadline - 1;
+                    s.now = Timestamp(deadline.0 - 1);
                 } else {
                     s.now = deadline;
                 }
@@ -2617,7 +2617,7 @@ fn check_decision(
     session: &SessionId,
     request_id: &RequestId,
     decision: &mc_model::Decision,
-    at: Millis,
+    at: Timestamp,
 ) {
     let ident = if *identity == Ident::A.id() {
         Ident::A
@@ -2652,7 +2652,7 @@ fn check_decision(
         s.bad |= bad::VERDICT_MISROUTED;
         return;
     };
-    if at > prompt.issued + TTL {
+    if at > prompt.issued.saturating_add(TTL) {
         s.bad |= bad::EXPIRED_ANSWERED;
     }
     match &decision.via {

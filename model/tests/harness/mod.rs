@@ -19,7 +19,7 @@ use mc_model::{
     AgentWrite, Behavior, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId,
     EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis, MsgType,
     NewContent, Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo,
-    RequestId, RoomId, SessionId, Undecryptable, UserId, VerdictSource,
+    RequestId, RoomId, SessionId, Timestamp, Undecryptable, UserId, VerdictSource,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -43,7 +43,7 @@ pub const S1: &str = "s1";
 pub const S2: &str = "s2";
 pub const H1: &str = "h1";
 /// The virtual clock starts here (2023-11-14, like a real `origin_server_ts`).
-pub const START: Millis = 1_700_000_000_000;
+pub const START: Timestamp = Timestamp(1_700_000_000_000);
 /// The default settle window and prompt time to live.
 pub const SETTLE: Millis = 3_000;
 pub const TTL: Millis = 15 * 60 * 1000;
@@ -175,11 +175,11 @@ pub struct Held {
 pub struct World {
     pub channel: Channel,
     /// The virtual clock, milliseconds.
-    pub now: Millis,
+    pub now: Timestamp,
     /// The identity the builders send to.
     pub identity: IdentityId,
     /// Every effect, with the time it was produced, in order.
-    log: Vec<(Millis, Effect)>,
+    log: Vec<(Timestamp, Effect)>,
     /// Observations start here (see [`World::mark`]).
     seen: usize,
     /// Outcomes to report on the next [`World::drive`].
@@ -306,12 +306,12 @@ impl World {
 
     /// Moves the clock `ms` forward, firing each timer at its own deadline on the way.
     pub fn advance(&mut self, ms: Millis) {
-        let target = self.now + ms;
+        let target = self.now.saturating_add(ms);
         self.advance_to(target);
     }
 
     /// Moves the clock to `target`, firing each timer at its own deadline on the way.
-    pub fn advance_to(&mut self, target: Millis) {
+    pub fn advance_to(&mut self, target: Timestamp) {
         assert!(target >= self.now, "the world's clock never runs backwards");
         loop {
             self.drive();
@@ -671,7 +671,7 @@ impl World {
     }
 
     /// The instant each effect since the mark was produced.
-    pub fn times(&self) -> Vec<Millis> {
+    pub fn times(&self) -> Vec<Timestamp> {
         self.log[self.seen..].iter().map(|(t, _)| *t).collect()
     }
 
@@ -1150,8 +1150,8 @@ pub fn identity(i: &str) -> IdentityId {
 }
 
 /// A time in the world's frame: `START + ms`.
-pub fn at(ms: Millis) -> Millis {
-    START + ms
+pub fn at(ms: Millis) -> Timestamp {
+    START.saturating_add(ms)
 }
 
 /// A `Failed` outcome, to release a held effect as failed.

@@ -4,7 +4,7 @@
 //! security pointer (`MetaKey::Security`): on the first push of each attach only.
 
 use crate::harness::*;
-use mc_model::{Millis, SessionId, SessionState, SECURITY_POINTER};
+use mc_model::{Millis, SessionId, SessionPhase, SECURITY_POINTER};
 
 const GRACE: Millis = 1_000;
 
@@ -39,7 +39,7 @@ fn the_replay_waits_for_the_grace_to_end() {
     assert!(w.trace().is_empty(), "{:?}", w.trace());
     assert_eq!(
         w.state().sessions()[&SessionId::from(S1)],
-        SessionState::Attaching {
+        SessionPhase::Attaching {
             until: START + GRACE
         }
     );
@@ -56,7 +56,7 @@ fn the_replay_waits_for_the_grace_to_end() {
     assert_eq!(w.times(), [START + GRACE]);
     assert_eq!(
         w.state().sessions()[&SessionId::from(S1)],
-        SessionState::Live
+        SessionPhase::Live
     );
     assert_eq!(w.channel.next_deadline(), None);
 }
@@ -180,7 +180,7 @@ fn attaching_again_inside_the_grace_restarts_it_and_keeps_what_was_held() {
     w.attach(S1);
     assert_eq!(
         w.state().sessions()[&SessionId::from(S1)],
-        SessionState::Attaching {
+        SessionPhase::Attaching {
             until: START + GRACE / 2 + GRACE
         }
     );
@@ -302,7 +302,7 @@ fn a_restart_gives_what_was_held_to_the_queue_not_to_a_session_it_is_about_to_de
     w.advance(GRACE - 400);
     assert_eq!(
         w.state().sessions()[&SessionId::from(S2)],
-        SessionState::Live
+        SessionPhase::Live
     );
     w.mark();
 

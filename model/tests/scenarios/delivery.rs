@@ -2,7 +2,7 @@
 //! failures, acknowledgements and duplicates.
 
 use crate::harness::*;
-use mc_model::{LogEntry, Outcome, Record, SessionState};
+use mc_model::{LogEntry, Outcome, Record, SessionPhase};
 
 fn contents(pushes: &[Pushed]) -> Vec<String> {
     pushes.iter().map(|p| p.content.clone()).collect()
@@ -290,7 +290,7 @@ fn a_failed_replay_cut_notice_is_not_requeued() {
 
     assert!(w.trace().is_empty());
     assert!(w.state().queue().is_empty());
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Detached);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Detached);
 
     w.release(held[1].id, Some(failed()));
     assert_eq!(
@@ -347,8 +347,8 @@ fn a_failed_push_goes_to_another_live_session() {
     w.drive();
 
     assert_eq!(w.trace(), [format!("push s2 {m} message \"hello\"")]);
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Detached);
-    assert_eq!(w.state().sessions()[&sid(S2)], SessionState::Live);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Detached);
+    assert_eq!(w.state().sessions()[&sid(S2)], SessionPhase::Live);
 }
 
 #[test]
@@ -358,7 +358,7 @@ fn a_failed_push_with_no_other_live_session_is_queued_for_the_next() {
     w.fail_next(Kind::Push);
     let m = w.say(ALICE, R1, "hello");
     assert_eq!(w.state().queue().len(), 1);
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Detached);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Detached);
     w.mark();
 
     w.attach(S2);
@@ -703,8 +703,8 @@ fn attach_and_detach_track_each_session() {
     assert_eq!(
         sessions,
         [
-            ("s1".to_owned(), SessionState::Detached),
-            ("s2".to_owned(), SessionState::Live)
+            ("s1".to_owned(), SessionPhase::Detached),
+            ("s2".to_owned(), SessionPhase::Live)
         ]
     );
 }
@@ -773,7 +773,7 @@ fn a_push_failing_after_its_session_attached_again_is_sent_again_to_it() {
     w.drive();
 
     assert_eq!(w.trace(), [format!("push s1 {m} message \"one\"")]);
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Live);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Live);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Identities are isolated, the config is the operator's, and time only moves on.
 
 use crate::harness::*;
-use mc_model::{Behavior, Channel, Effect, EffectId, Input, SessionState};
+use mc_model::{Behavior, Channel, Effect, EffectId, Input, SessionPhase};
 
 #[test]
 fn each_identitys_events_reach_only_its_own_sessions() {
@@ -212,7 +212,7 @@ fn an_earlier_now_is_taken_as_the_latest_seen() {
     let mut channel = Channel::new();
     channel.add_identity(identity(WORK), work_config()).unwrap();
     channel.handle(
-        0,
+        mc_model::Timestamp(0),
         Input::Membership {
             identity: identity(WORK),
             room: room(R1),
@@ -221,21 +221,21 @@ fn an_earlier_now_is_taken_as_the_latest_seen() {
             membership: mc_model::Membership::Joined,
         },
     );
-    channel.handle(1_000, Input::Tick);
-    assert_eq!(channel.now(), 1_000);
+    channel.handle(mc_model::Timestamp(1_000), Input::Tick);
+    assert_eq!(channel.now(), mc_model::Timestamp(1_000));
 
-    channel.handle(500, Input::Tick);
-    assert_eq!(channel.now(), 1_000);
+    channel.handle(mc_model::Timestamp(500), Input::Tick);
+    assert_eq!(channel.now(), mc_model::Timestamp(1_000));
 
     channel.handle(
-        200,
+        mc_model::Timestamp(200),
         Input::Attach {
             identity: identity(WORK),
             session: sid(S1),
         },
     );
     channel.handle(
-        300,
+        mc_model::Timestamp(300),
         Input::Message {
             identity: identity(WORK),
             message: mc_model::Message {
@@ -243,14 +243,14 @@ fn an_earlier_now_is_taken_as_the_latest_seen() {
                 event_id: ev("$m"),
                 sender: user(ALICE),
                 sender_name: None,
-                origin_server_ts: 300,
+                origin_server_ts: mc_model::Timestamp(300),
                 content: Some(content(mc_model::MsgType::Text, "hi")),
                 device: mc_model::DeviceTrust::PlaintextRoom,
             },
         },
     );
     channel.handle(
-        400,
+        mc_model::Timestamp(400),
         Input::PermissionRequest {
             identity: identity(WORK),
             session: sid(S1),
@@ -258,17 +258,17 @@ fn an_earlier_now_is_taken_as_the_latest_seen() {
         },
     );
     let prompt = &channel.identity(&identity(WORK)).unwrap().prompts()[0];
-    assert_eq!(prompt.created_at, 1_000);
-    assert_eq!(prompt.expires_at, 1_000 + TTL);
-    assert_eq!(channel.now(), 1_000);
-    channel.handle(2_000, Input::Tick);
-    assert_eq!(channel.now(), 2_000);
+    assert_eq!(prompt.created_at, mc_model::Timestamp(1_000));
+    assert_eq!(prompt.expires_at, mc_model::Timestamp(1_000) + TTL);
+    assert_eq!(channel.now(), mc_model::Timestamp(1_000));
+    channel.handle(mc_model::Timestamp(2_000), Input::Tick);
+    assert_eq!(channel.now(), mc_model::Timestamp(2_000));
 }
 
 #[test]
 fn a_new_channel_starts_at_time_zero_with_nothing_in_flight() {
     let channel = Channel::new();
-    assert_eq!(channel.now(), 0);
+    assert_eq!(channel.now(), mc_model::Timestamp(0));
     assert_eq!(channel.in_flight(), 0);
     assert_eq!(channel.next_deadline(), None);
     assert_eq!(channel, Channel::default());
@@ -446,7 +446,7 @@ fn a_stale_push_failure_does_not_detach_a_session_that_attached_again() {
     let two = w.say(ALICE, R1, "two");
     w.drive();
 
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Live);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Live);
     assert_eq!(w.trace(), [format!("push s1 {two} message \"two\"")]);
 }
 
@@ -465,6 +465,6 @@ fn a_stale_verdict_failure_does_not_detach_a_session_that_attached_again() {
     w.release(old_send, Some(failed()));
     w.drive();
 
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Live);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Live);
     assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Allow)]);
 }

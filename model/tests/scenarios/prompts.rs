@@ -469,7 +469,7 @@ fn an_old_failed_verdict_send_cannot_touch_a_re_issued_prompt() {
 
     assert_eq!(w.trace(), ["drop - StaleOutcome"]);
     assert_eq!(w.phases(), ["s1 abcde pending"]);
-    assert_eq!(w.state().sessions()[&sid(S1)], mc_model::SessionState::Live);
+    assert_eq!(w.state().sessions()[&sid(S1)], mc_model::SessionPhase::Live);
 }
 
 #[test]

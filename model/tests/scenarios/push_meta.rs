@@ -60,7 +60,7 @@ fn a_message_push_carries_who_where_when_and_what_kind() {
 fn the_ts_is_the_events_origin_server_ts() {
     let mut w = live();
     let mut m = w.text(ALICE, R1, "hi");
-    m.origin_server_ts = 42;
+    m.origin_server_ts = mc_model::Timestamp(42);
 
     w.send(m);
     w.drive();

@@ -2,7 +2,7 @@
 //! the sessions that were live.
 
 use crate::harness::*;
-use mc_model::{AgentText, AgentWrite, Effect, Outcome, SessionState};
+use mc_model::{AgentText, AgentWrite, Effect, Outcome, SessionPhase};
 
 #[test]
 fn a_prompt_post_in_flight_at_a_restart_is_issued_again_with_the_same_id() {
@@ -53,7 +53,7 @@ fn a_restart_detaches_every_live_session_and_sends_nothing_to_them() {
         let state = w.channel.identity(&identity.into()).unwrap();
         assert_eq!(
             state.sessions()[&sid(session)],
-            SessionState::Detached,
+            SessionPhase::Detached,
             "{session}"
         );
     }

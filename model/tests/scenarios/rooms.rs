@@ -3,7 +3,7 @@
 //! it left), and events that are no input.
 
 use crate::harness::*;
-use mc_model::{DropReason, Input, Membership, Outcome, RoomState};
+use mc_model::{DropReason, Input, JoinState, Membership, Outcome};
 
 const NEW: &str = "!new:hs";
 
@@ -24,7 +24,7 @@ fn invited_by(w: &mut World, by: &str) {
     member(w, BOT, Membership::Invited { by: by.into() });
 }
 
-fn room_state(w: &World) -> Option<RoomState> {
+fn room_state(w: &World) -> Option<JoinState> {
     w.state().rooms().get(&room(NEW)).cloned()
 }
 
@@ -35,7 +35,7 @@ fn an_allowed_senders_invite_is_joined_once() {
 
     invited_by(&mut w, BOB);
     assert_eq!(w.trace(), ["join !new:hs"]);
-    assert_eq!(room_state(&w), Some(RoomState::Joining { by: user(BOB) }));
+    assert_eq!(room_state(&w), Some(JoinState::Joining { by: user(BOB) }));
     w.mark();
 
     invited_by(&mut w, ALICE);
@@ -46,7 +46,7 @@ fn an_allowed_senders_invite_is_joined_once() {
         w.trace(),
         ["drop $j2 AlreadyInvited", "drop $j4 AlreadyInvited"]
     );
-    assert_eq!(room_state(&w), Some(RoomState::Joined));
+    assert_eq!(room_state(&w), Some(JoinState::Joined));
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn a_strangers_invite_is_not_joined_and_stays_refused_when_reported_again() {
     assert_eq!(w.trace(), ["drop $j1 Stranger", "drop $j2 Stranger"]);
     assert_eq!(
         room_state(&w),
-        Some(RoomState::Invited { by: user(MALLORY) })
+        Some(JoinState::Invited { by: user(MALLORY) })
     );
     // An allowed sender's invite to the same room is judged on its own.
     w.mark();
@@ -76,7 +76,7 @@ fn a_failed_join_leaves_the_invite_pending_and_the_next_report_tries_again() {
 
     invited_by(&mut w, ALICE);
     assert_eq!(w.trace(), ["join !new:hs", "drop - JoinFailed"]);
-    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(ALICE) }));
+    assert_eq!(room_state(&w), Some(JoinState::Invited { by: user(ALICE) }));
     w.mark();
 
     invited_by(&mut w, ALICE);
@@ -111,7 +111,7 @@ fn a_join_failure_reported_after_the_rooms_membership_event_changes_nothing() {
         w.release(joins[0].id, failed());
         assert_eq!(
             room_state(&w),
-            Some(RoomState::Joining { by: user(ALICE) }),
+            Some(JoinState::Joining { by: user(ALICE) }),
             "{second:?}"
         );
         invited_by(&mut w, ALICE);
@@ -138,7 +138,7 @@ fn a_failed_join_is_pending_again_after_a_membership_event_of_another_room() {
 
     w.release(join, failed());
 
-    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(ALICE) }));
+    assert_eq!(room_state(&w), Some(JoinState::Invited { by: user(ALICE) }));
     invited_by(&mut w, ALICE);
     assert_eq!(w.trace(), ["drop - JoinFailed", "join !new:hs"]);
 }
@@ -153,7 +153,7 @@ fn an_invite_reported_again_while_the_join_is_in_flight_does_not_settle_it() {
 
     w.release(join, failed());
 
-    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(ALICE) }));
+    assert_eq!(room_state(&w), Some(JoinState::Invited { by: user(ALICE) }));
 }
 
 #[test]
@@ -164,7 +164,7 @@ fn a_join_in_flight_at_a_restart_is_tried_again_when_the_invite_is_reported() {
     w.unhold(Kind::Join);
     w.restart();
     w.drive();
-    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(ALICE) }));
+    assert_eq!(room_state(&w), Some(JoinState::Invited { by: user(ALICE) }));
     w.mark();
 
     invited_by(&mut w, ALICE);
@@ -229,7 +229,7 @@ fn nothing_of_a_room_the_identity_left_or_was_banned_from_is_input() {
             ],
             "{gone:?}"
         );
-        assert_eq!(room_state(&w), Some(RoomState::Left));
+        assert_eq!(room_state(&w), Some(JoinState::Left));
     }
 }
 
@@ -265,7 +265,7 @@ fn an_event_that_is_no_input_is_dropped_after_the_gate() {
         (None, "$d"),
     ] {
         let identity = w.identity.clone();
-        w.input(Input::NotInput {
+        w.input(Input::Unhandled {
             identity,
             room: room(R1),
             event_id: Some(ev(event)),
@@ -278,10 +278,10 @@ fn an_event_that_is_no_input_is_dropped_after_the_gate() {
     assert_eq!(
         reasons,
         [
-            DropReason::NotInput { what: what.clone() },
+            DropReason::Unhandled { what: what.clone() },
             DropReason::Stranger,
             DropReason::OwnEvent,
-            DropReason::NotInput { what },
+            DropReason::Unhandled { what },
         ]
     );
     assert!(w.state().log_entry(&ev("$a")).is_none(), "never logged");
@@ -361,5 +361,5 @@ fn an_invite_by_the_identity_itself_is_not_joined_and_says_so() {
     w.mark();
     invited_by(&mut w, BOT);
     assert_eq!(w.trace(), ["drop $j1 OwnEvent"]);
-    assert_eq!(room_state(&w), Some(RoomState::Invited { by: user(BOT) }));
+    assert_eq!(room_state(&w), Some(JoinState::Invited { by: user(BOT) }));
 }

@@ -63,7 +63,7 @@ fn when_the_grace_period_ends_the_sessions_are_told_it_exists_without_content() 
             ("room_id", R2),
             ("security", mc_model::SECURITY_POINTER),
             ("sender", BOB),
-            ("ts", START.to_string().as_str()),
+            ("ts", START.0.to_string().as_str()),
             ("user", "Bob"),
         ]
     );
@@ -449,7 +449,7 @@ fn a_parked_event_that_decrypts_to_no_input_is_dropped_as_such_and_never_told() 
     w.mark();
 
     let identity = w.identity.clone();
-    w.input(Input::NotInput {
+    w.input(Input::Unhandled {
         identity,
         room: R1.into(),
         event_id: Some(id.clone()),
@@ -460,7 +460,7 @@ fn a_parked_event_that_decrypts_to_no_input_is_dropped_as_such_and_never_told() 
 
     assert_eq!(
         w.trace(),
-        [format!("drop {id} NotInput {{ what: \"m.sticker\" }}")]
+        [format!("drop {id} Unhandled {{ what: \"m.sticker\" }}")]
     );
 }
 

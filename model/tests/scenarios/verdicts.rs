@@ -1,7 +1,7 @@
 //! Text verdicts: `yes <id>` / `no <id>` from an approver.
 
 use crate::harness::*;
-use mc_model::{Behavior, DropReason, EventId, MsgType, Phase, SessionState};
+use mc_model::{Behavior, DropReason, EventId, MsgType, Phase, SessionPhase};
 
 #[test]
 fn yes_from_the_approver_allows_the_asking_session_only() {
@@ -700,7 +700,7 @@ fn a_failed_verdict_send_keeps_the_prompt_and_sends_again_on_attach() {
         ]
     );
     assert_eq!(w.phases(), ["s1 abcde decided"]);
-    assert_eq!(w.state().sessions()[&sid(S1)], SessionState::Detached);
+    assert_eq!(w.state().sessions()[&sid(S1)], SessionPhase::Detached);
 
     w.attach(S1);
     w.drive();

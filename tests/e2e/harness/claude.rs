@@ -373,9 +373,14 @@ impl Claude {
             .args(["new-session", "-d", "-s", "claude", "-x", "200", "-y", "50"])
             .arg(format!("sh {}", shell_quote(&run.display().to_string())))
             .args([";", "set-option", "-g", "remain-on-exit", "on"])
-            .status()
+            .output()
             .expect("run tmux");
-        assert!(status.success(), "tmux new-session: {status}");
+        assert!(
+            status.status.success(),
+            "tmux new-session: {}: {}",
+            status.status,
+            String::from_utf8_lossy(&status.stderr)
+        );
         self.running = true;
 
         // The dialog cannot be pre-accepted: its first option is "I am using this
@@ -489,6 +494,23 @@ impl Claude {
                 .status();
         }
         let _ = self.tmux().arg("kill-server").status();
+        // kill-server returns before the server is gone: a new-session meanwhile
+        // reaches the dying server and fails. Wait until no server answers.
+        let start = Instant::now();
+        while self
+            .tmux()
+            .arg("has-session")
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(
+                start.elapsed() < WAIT,
+                "the tmux server of Claude Code {} still answers {WAIT:?} after kill-server",
+                self.version
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let _ = std::fs::remove_file(self.path.join("claude.pid"));
         self.running = false;
     }
