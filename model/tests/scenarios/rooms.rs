@@ -363,3 +363,22 @@ fn an_invite_by_the_identity_itself_is_not_joined_and_says_so() {
     assert_eq!(w.trace(), ["drop $j1 OwnEvent"]);
     assert_eq!(room_state(&w), Some(JoinState::Invited { by: user(BOT) }));
 }
+
+#[test]
+fn an_unhandled_event_keeps_its_journaled_name_so_older_journals_read_back() {
+    let input = Input::Unhandled {
+        identity: mc_model::IdentityId::from("work"),
+        room: room(R1),
+        event_id: Some(ev("$a")),
+        sender: Some(user(ALICE)),
+        what: "m.sticker".into(),
+    };
+    let json = serde_json::to_value(&input).unwrap();
+    assert_eq!(json["type"], "not_input", "{json}");
+    assert_eq!(serde_json::from_value::<Input>(json).unwrap(), input);
+    let reason = serde_json::to_value(DropReason::Unhandled {
+        what: "m.sticker".into(),
+    })
+    .unwrap();
+    assert_eq!(reason["reason"], "not_input", "{reason}");
+}
