@@ -292,7 +292,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_open_event_stream_ends_soon_after_its_token_is_revoked_and_others_go_on() {
         let store = store();
         let app = app(store.clone());
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn at_shutdown_event_streams_end_a_post_stream_goes_on_and_new_requests_get_503() {
         let store = store();
         let stop = Stop::new();

@@ -335,25 +335,9 @@ mod tests {
         assert!(!over_the_limit(&broken), "{broken}");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_batched_permission_request_that_is_not_taken_is_told_to_its_session() {
-        let store = store();
-        let token = store.create_token("a", "").unwrap();
-        store.bind_mcp_session("s1", "a", "channel").unwrap();
-        // The session negotiated 2025-03-26, the revision that takes batches.
-        let params: rmcp::model::InitializeRequestParams =
-            serde_json::from_value(serde_json::json!({
-                "protocolVersion": "2025-03-26",
-                "capabilities": {},
-                "clientInfo": {"name": "claude-code", "version": "1"},
-            }))
-            .unwrap();
-        store
-            .set_mcp_session_state(
-                "s1",
-                &serde_json::to_string(&SessionState::new(params)).unwrap(),
-            )
-            .unwrap();
+        let store = session_of_revision("2025-03-26");
         let mut channel = mc_model::Channel::new();
         channel
             .add_identity(
@@ -371,23 +355,10 @@ mod tests {
         // A stand-in for rmcp that answers every message after the batch's deadline:
         // the request is late, the permission_request after it is never started.
         async fn slow() -> StatusCode {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(BATCH_DEADLINE * 6).await;
             StatusCode::ACCEPTED
         }
-        let app = axum::Router::new()
-            .route("/channel", post(slow))
-            .layer(axum::middleware::from_fn_with_state(
-                BodyState {
-                    store: store.clone(),
-                    engine: engine.clone(),
-                    batch_deadline: Duration::from_millis(50),
-                },
-                jsonrpc_body,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                AuthState::new(store.clone()),
-                authenticate,
-            ));
+        let app = batch_app(store.clone(), engine.clone(), post(slow));
         let batch = serde_json::json!([
             {"jsonrpc": "2.0", "id": 1, "method": "ping"},
             {"jsonrpc": "2.0", "method": crate::engine::PERMISSION_REQUEST_METHOD, "params": {
@@ -395,26 +366,13 @@ mod tests {
                 "input_preview": "{\"command\":\"ls\"}",
             }},
         ]);
-        let req = Request::builder()
-            .method("POST")
-            .uri("/channel")
-            .header("authorization", format!("Bearer {token}"))
-            .header("mcp-session-id", "s1")
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .body(Body::from(serde_json::to_vec(&batch).unwrap()))
-            .unwrap();
-        let response = app.oneshot(req).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let mut logs = Vec::new();
-        for _ in 0..50 {
-            engine.read(|_| ()).await.unwrap();
-            logs = wire.logs.lock().unwrap().clone();
-            if !logs.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (status, _) = post_batch(app, &store, &batch).await;
+        assert_eq!(status, StatusCode::OK);
+        // The engine has taken what the batch submitted; its session queue's task
+        // writes the log message.
+        engine.read(|_| ()).await.unwrap();
+        crate::testing::idle().await;
+        let logs = wire.logs.lock().unwrap().clone();
         assert_eq!(logs.len(), 1, "the session is told once: {logs:?}");
         let (session, message) = &logs[0];
         assert_eq!(session, "s1");
@@ -424,5 +382,78 @@ mod tests {
                 && message.contains("send it on its own"),
             "{message}"
         );
+    }
+
+    /// The deadline of the batches these tests send.
+    const BATCH_DEADLINE: Duration = Duration::from_millis(50);
+
+    /// A store holding session `s1` of identity `a` on `/channel`, which negotiated
+    /// `revision` (2025-03-26 takes batches).
+    fn session_of_revision(revision: &str) -> Store {
+        let store = store();
+        store.bind_mcp_session("s1", "a", "channel").unwrap();
+        let params: rmcp::model::InitializeRequestParams =
+            serde_json::from_value(serde_json::json!({
+                "protocolVersion": revision,
+                "capabilities": {},
+                "clientInfo": {"name": "claude-code", "version": "1"},
+            }))
+            .unwrap();
+        store
+            .set_mcp_session_state(
+                "s1",
+                &serde_json::to_string(&SessionState::new(params)).unwrap(),
+            )
+            .unwrap();
+        store
+    }
+
+    /// `/channel` served by `rmcp` (a stand-in) behind the authentication and
+    /// [`jsonrpc_body`] with a deadline of [`BATCH_DEADLINE`].
+    fn batch_app(
+        store: Store,
+        engine: EngineHandle,
+        rmcp: axum::routing::MethodRouter,
+    ) -> axum::Router {
+        axum::Router::new()
+            .route("/channel", rmcp)
+            .layer(axum::middleware::from_fn_with_state(
+                BodyState {
+                    store: store.clone(),
+                    engine,
+                    batch_deadline: BATCH_DEADLINE,
+                },
+                jsonrpc_body,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                AuthState::new(store),
+                authenticate,
+            ))
+    }
+
+    /// POSTs `batch` to `/channel` on session `s1` with a new token of identity `a`:
+    /// the status and the body as JSON (`null` when empty).
+    async fn post_batch(
+        app: axum::Router,
+        store: &Store,
+        batch: &serde_json::Value,
+    ) -> (StatusCode, serde_json::Value) {
+        let token = store.create_token("a", "").unwrap();
+        let req = Request::builder()
+            .method("POST")
+            .uri("/channel")
+            .header("authorization", format!("Bearer {token}"))
+            .header("mcp-session-id", "s1")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Body::from(serde_json::to_vec(batch).unwrap()))
+            .unwrap();
+        let response = app.oneshot(req).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        (status, json)
     }
 }

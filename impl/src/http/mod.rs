@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(Mount::of_path("/"), None);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn waiting_for_a_peer_that_never_comes_ends_at_the_timeout() {
         // (rmcp's `Peer` cannot be built outside rmcp; the e2e scenarios hold the
         // registered case: every channel session waits for its peer.)
