@@ -333,7 +333,7 @@ mod tests {
     use std::sync::Arc;
     use tower::ServiceExt as _;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_body_over_the_bound_is_too_large_and_a_broken_one_is_not() {
         let over = axum::body::to_bytes(axum::body::Body::from(vec![0u8; 11]), 10)
             .await
