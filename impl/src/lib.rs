@@ -13,4 +13,6 @@ pub mod server;
 pub mod shutdown;
 pub mod stdio;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod write;

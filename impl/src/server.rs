@@ -426,7 +426,7 @@ mod tests {
     use axum::http::{header, Request, StatusCode};
     use tower::ServiceExt as _;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn health_is_behind_the_host_and_origin_guard_like_the_mcp_mounts() {
         let dir = std::env::temp_dir().join(format!("mc-server-{}", rand::random::<u64>()));
         let store = Store::open(&dir).unwrap();

@@ -281,11 +281,11 @@ pub async fn drain(
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn stopped_resolves_once_the_switch_is_set_and_at_once_after() {
         let stop = Stop::new();
         let waiting = tokio::spawn(stop.stopped());
-        tokio::task::yield_now().await;
+        crate::testing::idle().await;
         assert!(!waiting.is_finished(), "nothing set the switch yet");
         assert!(!stop.is_stopping());
         stop.clone().stop();

@@ -713,7 +713,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn sse_bytes_from_the_server_become_the_lines_of_their_messages() {
         let body = "id: 0\nretry: 3000\ndata: \n\nid: 1\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}\n\n: keep-alive\n\nid: 2\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":0}\n\n";
         // Cut anywhere: the parser joins the pieces.

@@ -204,13 +204,13 @@ pub(super) fn say(event: &str, body: &str) -> Input {
     }
 }
 
-/// Waits until the engine has handled everything submitted so far, including
-/// outcomes its spawned tasks report.
+/// Waits until the engine has handled everything submitted so far and every task it
+/// spawned (session queues, room lanes) waits again, the outcomes they report
+/// handled too ([`idle`](crate::testing::idle): the paused clock moves 1 ms).
+/// Panics if the engine has stopped.
 pub(super) async fn settle(engine: &EngineHandle) {
-    for _ in 0..5 {
-        engine.read(|_| ()).await.unwrap();
-        tokio::task::yield_now().await;
-    }
+    engine.read(|_| ()).await.unwrap();
+    crate::testing::idle().await;
 }
 
 /// The (session, event id) of every push the wire wrote, in order.

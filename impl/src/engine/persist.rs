@@ -111,7 +111,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn every_input_reaches_the_journal_before_the_model_acts_on_it() {
         let wire = Arc::new(FakeWire::default());
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -135,7 +135,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_input_the_journal_refuses_is_not_acted_on_and_the_engine_stops() {
         let wire = Arc::new(FakeWire::default());
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -180,7 +180,7 @@ mod tests {
         spawn(channel, wire, JournalPersist::new(journal), clock)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_crash_after_an_input_is_journaled_delivers_its_push_exactly_once_after_restart() {
         let dir =
             TempDir(std::env::temp_dir().join(format!("mc-journal-{}", rand::random::<u64>())));
@@ -191,9 +191,8 @@ mod tests {
         let (engine, task) = spawn(channel(), hung.clone(), journal_in(&dir), clock);
         engine.submit(attach("s1")).unwrap();
         engine.submit(say("$m1", "hello")).unwrap();
-        while !hung.calls.lock().unwrap().contains(&"hung s1".to_owned()) {
-            tokio::task::yield_now().await;
-        }
+        settle(&engine).await;
+        assert!(hung.calls.lock().unwrap().contains(&"hung s1".to_owned()));
         // The second process: the message is owed, and pushed once to the next session.
         let wire = Arc::new(FakeWire::default());
         let (engine, task) = crash_and_restart(&dir, task, wire.clone()).await;

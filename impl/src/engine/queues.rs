@@ -199,7 +199,7 @@ mod tests {
     use serde_json::json;
     use std::sync::Arc;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_failed_push_detaches_the_session_and_queues_the_event() {
         let wire = Arc::new(FakeWire::default());
         wire.failing.lock().unwrap().push("s1".into());
@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(notified[0].2["meta"]["replayed"], json!("true"));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn pushes_to_a_session_keep_the_models_order() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(bodies, expected);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_session_that_stops_reading_delays_no_other_session() {
         let mut channel = channel();
         let mut config = IdentityConfig::new(UserId("@bot2:hs".into()), [UserId(ALICE.into())]);
@@ -280,7 +280,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn behind_a_failed_push_the_sessions_queued_pushes_fail_unwritten_and_come_back_in_order()
     {
         let wire = Arc::new(FakeWire::default());
@@ -306,7 +306,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_detached_sessions_queue_ends_once_written_and_a_new_one_waits_for_it() {
         let wire = Arc::new(FakeWire::default());
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -327,9 +327,7 @@ mod tests {
         );
         // The session comes back while its first push is still being written.
         queues.send(&wire, &engine, s1.clone(), item(2));
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        crate::testing::idle().await;
         assert!(wire.notified.lock().unwrap().is_empty());
         gate.add_permits(1);
         for _ in 0..2 {

@@ -354,14 +354,15 @@ impl<W: Wire, P: Persist> Engine<W, P> {
 mod tests {
     use super::*;
     use crate::engine::fake::*;
-    use crate::engine::{now_ms, NoPersist, WriteAnswer};
+    use crate::engine::{NoPersist, WriteAnswer};
+    use crate::testing::paused_clock;
     use crate::write::{ToolError, Written};
     use mc_model::{DropReason, EventId, IdentityConfig, SessionId, SessionPhase, UserId};
     use serde_json::json;
     use std::sync::Arc;
     use std::time::Duration;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_message_is_pushed_with_the_models_params_and_its_outcome_goes_back() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -381,7 +382,7 @@ mod tests {
         assert_eq!(engine.stats().inputs, 4);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_prompt_is_posted_with_a_stable_txn_id_and_a_text_verdict_goes_to_the_asker() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -413,44 +414,37 @@ mod tests {
         assert_eq!(calls.last().unwrap(), "edit bot !r:hs $prompt");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_due_timer_fires_without_any_input() {
-        // A prompt with a 1 ms time to live, on a real clock: the engine's own timer
-        // expires it and edits the prompt.
+        // A prompt with a 50 ms time to live. The paused clock drives both the model's
+        // time (`paused_clock`) and the engine's timers: once it has moved past the
+        // time to live, the engine's own timer expires the prompt and edits it.
+        crate::testing::start_paused_clock();
+        let ttl = 50;
         let wire = Arc::new(FakeWire::default());
         let mut channel = Channel::new();
         let mut config = IdentityConfig::new(UserId("@bot:hs".into()), [UserId(ALICE.into())]);
-        config.prompt_ttl_ms = 50;
+        config.prompt_ttl_ms = ttl;
         config.settle_ms = 10;
         config.permission_room = Some(RoomId("!r:hs".into()));
         channel.add_identity(id(), config).unwrap();
-        channel.handle(now_ms(), joined("!r:hs"));
-        let (engine, _task) = spawn(channel, wire.clone(), NoPersist, now_ms);
+        channel.handle(paused_clock(), joined("!r:hs"));
+        let (engine, _task) = spawn(channel, wire.clone(), NoPersist, paused_clock);
         engine.submit(attach("s1")).unwrap();
         engine.submit(ask("s1", "abcde")).unwrap();
-        let mut edited = false;
-        for _ in 0..100 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if wire
-                .calls
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|c| c.starts_with("edit"))
-            {
-                edited = true;
-                break;
-            }
-        }
-        assert!(edited, "{:?}", wire.calls.lock().unwrap());
-        let prompts = engine
-            .read(|c| c.identity(&id()).unwrap().prompts().len())
-            .await
-            .unwrap();
-        assert_eq!(prompts, 0);
+        settle(&engine).await;
+        let prompts = || engine.read(|c| c.identity(&id()).unwrap().prompts().len());
+        assert_eq!(prompts().await.unwrap(), 1, "not expired before its time");
+        let calls = wire.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 1, "posted, not edited yet: {calls:?}");
+        tokio::time::advance(Duration::from_millis(ttl)).await;
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
+        assert_eq!(calls.last().unwrap(), "edit bot !r:hs $prompt", "{calls:?}");
+        assert_eq!(prompts().await.unwrap(), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_prompt_post_cut_by_a_restart_is_finished_with_the_same_txn_id() {
         // The old process handled the request (the post is in flight in the saved
         // state), then died before its outcome; a session was live and a push was
@@ -503,7 +497,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_acknowledgement_is_answered_from_its_transition() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -534,7 +528,7 @@ mod tests {
         Timestamp(ACK_CLOCK.load(std::sync::atomic::Ordering::SeqCst))
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_acknowledgement_is_answered_from_its_own_effect_not_from_a_timer_in_its_transition()
     {
         let wire = Arc::new(FakeWire::default());
@@ -562,7 +556,7 @@ mod tests {
         assert!(acked, "the model took the acknowledgement");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_agent_write_is_answered_from_its_outcome_and_a_prompt_is_never_touched() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -608,7 +602,7 @@ mod tests {
         assert_eq!(refused, WriteAnswer::Refused(DropReason::UnknownIdentity));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_allowed_senders_invite_is_joined_by_the_wire_and_a_strangers_is_not() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -625,14 +619,8 @@ mod tests {
                 })
                 .unwrap();
         }
-        let mut calls = Vec::new();
-        for _ in 0..50 {
-            settle(&engine).await;
-            calls = wire.calls.lock().unwrap().clone();
-            if !calls.is_empty() {
-                break;
-            }
-        }
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
         assert_eq!(calls, ["join bot !a:hs"]);
         assert_eq!(
             engine.read(|c| c.in_flight()).await.unwrap(),
@@ -641,7 +629,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_unreadable_permission_request_is_told_to_its_session_and_posts_nothing() {
         let wire = Arc::new(FakeWire::default());
         let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
@@ -653,14 +641,8 @@ mod tests {
                 error: "request_id: bad".into(),
             })
             .unwrap();
-        let mut calls = Vec::new();
-        for _ in 0..50 {
-            settle(&engine).await;
-            calls = wire.calls.lock().unwrap().clone();
-            if !calls.is_empty() {
-                break;
-            }
-        }
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
         assert_eq!(calls.len(), 1, "{calls:?}");
         assert!(
             calls[0].starts_with(

@@ -219,7 +219,7 @@ mod tests {
     use super::super::testing::{app, app_stopping, call, call_method, store};
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn no_token_or_a_wrong_one_is_401_with_www_authenticate() {
         let store = store();
         let app = app(store.clone());
@@ -242,7 +242,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_valid_token_reaches_the_mounts_as_its_identity_and_nothing_else() {
         let store = store();
         let app = app(store.clone());
@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_new_session_is_bound_to_its_identity_and_mount_and_hidden_from_others() {
         let store = store();
         let app = app(store.clone());
@@ -292,7 +292,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_open_event_stream_ends_soon_after_its_token_is_revoked_and_others_go_on() {
         let store = store();
         let app = app(store.clone());
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn at_shutdown_event_streams_end_a_post_stream_goes_on_and_new_requests_get_503() {
         let store = store();
         let stop = Stop::new();

@@ -15,6 +15,7 @@ use mc_model::{IdentityId, Input, SessionId};
 use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::session::SessionState;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// The largest POST body read, in bytes: rmcp's own limit (4 MiB), so a body refused
 /// here for its size would be refused by rmcp too. Larger ones get 413.
@@ -98,7 +99,9 @@ fn payload_too_large() -> Response {
 ///   a request rmcp did not answer, answered too largely
 ///   ([`mc_adapters::jsonrpc::MAX_BATCH_ANSWER_BYTES`] for the whole batch), or not
 ///   answered within [`BodyState::batch_deadline`] gets a -32603 error with its id,
-///   and no message after the deadline is started. Messages the server sends during
+///   and no message after the deadline is started. A message started before the
+///   deadline is handed to rmcp in full even when the deadline passes meanwhile (a
+///   late request may still take effect). Messages the server sends during
 ///   a batched request (progress, logs) are not relayed. On any other session, or
 ///   with none: 400 with invalid request (-32600). Source: MCP 2025-03-26 and
 ///   2025-06-18, Transports; JSON-RPC 2.0, section 6.
@@ -191,8 +194,21 @@ pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Ne
             let mut one = Request::from_parts(parts.clone(), body);
             one.headers_mut().remove(header::CONTENT_LENGTH);
             let limit = answer.remaining_bytes();
+            // The hand-over runs on its own task: a deadline that passes while rmcp
+            // is still taking the message (its session worker answers
+            // `create_stream` and `accept_message` on another task) does not cut it
+            // halfway, so a late message is taken in full and may still take effect.
+            let handover = tokio::spawn(next.clone().run(one).in_current_span());
             let handled = async {
-                let response = next.clone().run(one).await;
+                let response = match handover.await {
+                    Ok(response) => response,
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => {
+                        return mc_adapters::jsonrpc::Outcome::Failed(format!(
+                            "handing the message to rmcp was cut: {e}"
+                        ))
+                    }
+                };
                 batch_outcome(response, &item, limit).await
             };
             tokio::time::timeout_at(deadline, handled)
@@ -317,7 +333,7 @@ mod tests {
     use std::sync::Arc;
     use tower::ServiceExt as _;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_body_over_the_bound_is_too_large_and_a_broken_one_is_not() {
         let over = axum::body::to_bytes(axum::body::Body::from(vec![0u8; 11]), 10)
             .await
@@ -335,25 +351,9 @@ mod tests {
         assert!(!over_the_limit(&broken), "{broken}");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_batched_permission_request_that_is_not_taken_is_told_to_its_session() {
-        let store = store();
-        let token = store.create_token("a", "").unwrap();
-        store.bind_mcp_session("s1", "a", "channel").unwrap();
-        // The session negotiated 2025-03-26, the revision that takes batches.
-        let params: rmcp::model::InitializeRequestParams =
-            serde_json::from_value(serde_json::json!({
-                "protocolVersion": "2025-03-26",
-                "capabilities": {},
-                "clientInfo": {"name": "claude-code", "version": "1"},
-            }))
-            .unwrap();
-        store
-            .set_mcp_session_state(
-                "s1",
-                &serde_json::to_string(&SessionState::new(params)).unwrap(),
-            )
-            .unwrap();
+        let store = session_of_revision("2025-03-26");
         let mut channel = mc_model::Channel::new();
         channel
             .add_identity(
@@ -371,23 +371,10 @@ mod tests {
         // A stand-in for rmcp that answers every message after the batch's deadline:
         // the request is late, the permission_request after it is never started.
         async fn slow() -> StatusCode {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(BATCH_DEADLINE * 6).await;
             StatusCode::ACCEPTED
         }
-        let app = axum::Router::new()
-            .route("/channel", post(slow))
-            .layer(axum::middleware::from_fn_with_state(
-                BodyState {
-                    store: store.clone(),
-                    engine: engine.clone(),
-                    batch_deadline: Duration::from_millis(50),
-                },
-                jsonrpc_body,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                AuthState::new(store.clone()),
-                authenticate,
-            ));
+        let app = batch_app(store.clone(), engine.clone(), post(slow));
         let batch = serde_json::json!([
             {"jsonrpc": "2.0", "id": 1, "method": "ping"},
             {"jsonrpc": "2.0", "method": crate::engine::PERMISSION_REQUEST_METHOD, "params": {
@@ -395,26 +382,13 @@ mod tests {
                 "input_preview": "{\"command\":\"ls\"}",
             }},
         ]);
-        let req = Request::builder()
-            .method("POST")
-            .uri("/channel")
-            .header("authorization", format!("Bearer {token}"))
-            .header("mcp-session-id", "s1")
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .body(Body::from(serde_json::to_vec(&batch).unwrap()))
-            .unwrap();
-        let response = app.oneshot(req).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let mut logs = Vec::new();
-        for _ in 0..50 {
-            engine.read(|_| ()).await.unwrap();
-            logs = wire.logs.lock().unwrap().clone();
-            if !logs.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (status, _) = post_batch(app, &store, &batch).await;
+        assert_eq!(status, StatusCode::OK);
+        // The engine has taken what the batch submitted; its session queue's task
+        // writes the log message.
+        engine.read(|_| ()).await.unwrap();
+        crate::testing::idle().await;
+        let logs = wire.logs.lock().unwrap().clone();
         assert_eq!(logs.len(), 1, "the session is told once: {logs:?}");
         let (session, message) = &logs[0];
         assert_eq!(session, "s1");
@@ -424,5 +398,133 @@ mod tests {
                 && message.contains("send it on its own"),
             "{message}"
         );
+    }
+
+    /// The deadline of the batches these tests send.
+    const BATCH_DEADLINE: Duration = Duration::from_millis(50);
+
+    /// A store holding session `s1` of identity `a` on `/channel`, which negotiated
+    /// `revision` (2025-03-26 takes batches).
+    fn session_of_revision(revision: &str) -> Store {
+        let store = store();
+        store.bind_mcp_session("s1", "a", "channel").unwrap();
+        let params: rmcp::model::InitializeRequestParams =
+            serde_json::from_value(serde_json::json!({
+                "protocolVersion": revision,
+                "capabilities": {},
+                "clientInfo": {"name": "claude-code", "version": "1"},
+            }))
+            .unwrap();
+        store
+            .set_mcp_session_state(
+                "s1",
+                &serde_json::to_string(&SessionState::new(params)).unwrap(),
+            )
+            .unwrap();
+        store
+    }
+
+    /// `/channel` served by `rmcp` (a stand-in) behind the authentication and
+    /// [`jsonrpc_body`] with a deadline of [`BATCH_DEADLINE`].
+    fn batch_app(
+        store: Store,
+        engine: EngineHandle,
+        rmcp: axum::routing::MethodRouter,
+    ) -> axum::Router {
+        axum::Router::new()
+            .route("/channel", rmcp)
+            .layer(axum::middleware::from_fn_with_state(
+                BodyState {
+                    store: store.clone(),
+                    engine,
+                    batch_deadline: BATCH_DEADLINE,
+                },
+                jsonrpc_body,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                AuthState::new(store),
+                authenticate,
+            ))
+    }
+
+    /// POSTs `batch` to `/channel` on session `s1` with a new token of identity `a`:
+    /// the status and the body as JSON (`null` when empty).
+    async fn post_batch(
+        app: axum::Router,
+        store: &Store,
+        batch: &serde_json::Value,
+    ) -> (StatusCode, serde_json::Value) {
+        let token = store.create_token("a", "").unwrap();
+        let req = Request::builder()
+            .method("POST")
+            .uri("/channel")
+            .header("authorization", format!("Bearer {token}"))
+            .header("mcp-session-id", "s1")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Body::from(serde_json::to_vec(batch).unwrap()))
+            .unwrap();
+        let response = app.oneshot(req).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batched_message_still_being_handed_over_at_the_deadline_is_handed_over_in_full() {
+        let store = session_of_revision("2025-03-26");
+        let (engine, _task) = crate::engine::spawn(
+            mc_model::Channel::new(),
+            Arc::new(NoWire::default()),
+            crate::engine::NoPersist,
+            crate::engine::now_ms,
+        );
+        // A stand-in for rmcp whose hand-over of a message to the session (rmcp's
+        // `create_stream`, which awaits the session's worker) ends after the deadline,
+        // then tells which message it took.
+        let (taken_tx, mut taken) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+        let take = move |body: axum::body::Bytes| async move {
+            tokio::time::sleep(BATCH_DEADLINE * 2).await;
+            let _ = taken_tx.send(serde_json::from_slice(&body).unwrap());
+            StatusCode::ACCEPTED
+        };
+        let app = batch_app(store.clone(), engine, post(take));
+        let batch = serde_json::json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+             "params": {"name": "send_message", "arguments": {}}},
+            {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        ]);
+        let (status, answer) = post_batch(app, &store, &batch).await;
+        assert_eq!(status, StatusCode::OK);
+        let codes: Vec<_> = answer
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["id"].clone(), a["error"]["code"].clone()))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                (serde_json::json!(1), serde_json::json!(-32603)),
+                (serde_json::json!(2), serde_json::json!(-32603)),
+            ],
+            "late, then not started: {answer}"
+        );
+        let late = answer[0]["error"]["message"].as_str().unwrap();
+        assert!(late.contains("it may still take effect"), "{late}");
+        // The batch has answered; the first message's hand-over goes on and ends.
+        let first = tokio::time::timeout(BATCH_DEADLINE * 10, taken.recv())
+            .await
+            .expect("the hand-over is still going on")
+            .expect("the hand-over was cut at the deadline");
+        assert_eq!(first["id"], 1);
+        // Every hand-over has ended (the stand-in is dropped with them): none other.
+        let rest = tokio::time::timeout(BATCH_DEADLINE * 10, taken.recv())
+            .await
+            .expect("a hand-over never ends");
+        assert_eq!(rest, None, "a message after the deadline was started");
     }
 }

@@ -143,7 +143,7 @@ mod tests {
         (app, a, b, token_a)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn health_tells_liveness_to_anyone_and_details_only_of_the_tokens_own_identity() {
         let (app, _a, b, token_a) = two_identities_health();
 
@@ -182,7 +182,7 @@ mod tests {
         assert_eq!(status, StatusCode::UNAUTHORIZED);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn health_names_the_identity_that_is_degraded_and_recovers_once_its_sync_succeeds() {
         let (app, _a, b, token_a) = two_identities_health();
 

@@ -196,7 +196,7 @@ mod tests {
     use axum::body::Body;
     use tower::ServiceExt as _;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_host_or_origin_not_allowed_is_403_before_the_token_is_read() {
         let store = store();
         let token = store.create_token("a", "").unwrap();
@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(Mount::of_path("/"), None);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn waiting_for_a_peer_that_never_comes_ends_at_the_timeout() {
         // (rmcp's `Peer` cannot be built outside rmcp; the e2e scenarios hold the
         // registered case: every channel session waits for its peer.)

@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(stream.count().await, ids.len());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_resume_replays_exactly_what_followed_in_its_stream_then_stays_live() {
         let events = Arc::new(SqliteEventStore::new(store()));
         let manager = manager(&events);
@@ -366,7 +366,7 @@ mod tests {
         assert!(third.event_id.unwrap().parse::<i64>().unwrap() < live.parse::<i64>().unwrap());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_session_never_resumes_another_sessions_stream_by_its_event_ids() {
         let events = Arc::new(SqliteEventStore::new(store()));
         let manager = manager(&events);
@@ -394,7 +394,7 @@ mod tests {
         assert_eq!(content(&own.next().await.unwrap()), "n4");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_replay_by_the_event_id_alone_is_refused() {
         // rmcp's stateless GET (no session) calls this with whatever id it is sent.
         let events = Arc::new(SqliteEventStore::new(store()));
@@ -406,7 +406,7 @@ mod tests {
         assert!(events.replay_events_after("0").await.is_err());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_resume_from_an_unknown_or_malformed_id_is_an_error() {
         let events = Arc::new(SqliteEventStore::new(store()));
         let manager = manager(&events);
@@ -418,7 +418,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn ending_a_session_forgets_its_streams_and_bindings() {
         let events = Arc::new(SqliteEventStore::new(store()));
         let manager = manager(&events);

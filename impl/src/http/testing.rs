@@ -40,7 +40,8 @@ pub(super) fn app_stopping(store: Store, stop: Stop) -> axum::Router {
             .insert("x-caller", HeaderValue::from_str(&caller).unwrap());
         response
     }
-    /// An endless event stream, as rmcp's GET answers.
+    /// An endless event stream, as rmcp's GET answers: an event every 10 ms (of the
+    /// paused clock in the tests that read it).
     async fn events() -> Response {
         let ticks = futures::stream::unfold(0u64, |n| async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
