@@ -4,7 +4,7 @@
 //! `tokio::time::advance`. A test waits on what it observes ([`idle`], an answer, a
 //! channel), never on the wall clock.
 
-use mc_model::Millis;
+use mc_model::{Millis, Timestamp};
 use std::cell::Cell;
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ thread_local! {
 }
 
 /// The model's time at [`start_paused_clock`], in milliseconds since the Unix epoch.
-pub(crate) const PAUSED_CLOCK_START: Millis = 1_700_000_000_000;
+pub(crate) const PAUSED_CLOCK_START: Timestamp = Timestamp(1_700_000_000_000);
 
 /// Starts [`paused_clock`] at [`PAUSED_CLOCK_START`] now. A current-thread runtime
 /// runs its tasks on the test's thread, so each test has its own start.
@@ -43,7 +43,7 @@ pub(crate) fn start_paused_clock() {
 /// [`PAUSED_CLOCK_START`] plus the whole milliseconds since [`start_paused_clock`].
 /// On the paused clock the model's time and the engine's timers move together.
 /// Panics before [`start_paused_clock`].
-pub(crate) fn paused_clock() -> Millis {
+pub(crate) fn paused_clock() -> Timestamp {
     let start = START
         .with(Cell::get)
         .expect("start_paused_clock() before paused_clock()");

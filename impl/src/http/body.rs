@@ -204,7 +204,7 @@ pub async fn jsonrpc_body(State(state): State<BodyState>, req: Request, next: Ne
                     Ok(response) => response,
                     Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                     Err(e) => {
-                        return mc_adapters::jsonrpc::Outcome::Failed(format!(
+                        return mc_adapters::jsonrpc::Handling::Failed(format!(
                             "handing the message to rmcp was cut: {e}"
                         ))
                     }
