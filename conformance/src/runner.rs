@@ -96,6 +96,22 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Adds `other`'s counts to these (the coverage of two runs together).
+    pub fn absorb(&mut self, other: Coverage) {
+        self.sequences += other.sequences;
+        self.steps += other.steps;
+        for (k, n) in other.actions {
+            *self.actions.entry(k).or_default() += n;
+        }
+        for (k, n) in other.observations {
+            *self.observations.entry(k).or_default() += n;
+        }
+        for (k, n) in other.cases {
+            *self.cases.entry(k).or_default() += n;
+        }
+        self.topped_up.extend(other.topped_up);
+    }
+
     /// Counts one step; `told` is the case the reference tells ([`World::case`]).
     fn count(&mut self, action: &Action, observed: &[Observation], told: Option<String>) {
         self.steps += 1;
