@@ -25,7 +25,7 @@ use mc_adapters::decode::{
 use mc_fuzz::check_notification;
 use mc_model::{
     Channel, DeviceTrust, Effect, IdentityConfig, IdentityId, Input, Membership, Parent, RoomId,
-    SessionId, UserId,
+    SessionId, Timestamp, UserId,
 };
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -65,10 +65,10 @@ fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
         identity: identity.clone(),
         session,
     };
-    channel.handle(1, attach);
+    channel.handle(Timestamp(1), attach);
     // The event's room is joined (the decoder's room, as the server reports it).
     channel.handle(
-        1,
+        Timestamp(1),
         Input::Membership {
             identity: identity.clone(),
             room: RoomId::from(ROOM),
@@ -79,7 +79,7 @@ fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
     );
     let mut pushed = 0;
     for round in 0..2 {
-        for effect in channel.handle(2, input(identity.clone())) {
+        for effect in channel.handle(Timestamp(2), input(identity.clone())) {
             if let Effect::Push { notification, .. } = &effect {
                 check_notification(notification);
                 pushed += 1;
@@ -132,7 +132,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(Some(m.event_id.as_str()), get("event_id").as_deref());
             assert_eq!(Some(m.sender.as_str()), get("sender").as_deref());
             assert_eq!(
-                Some(m.origin_server_ts),
+                Some(m.origin_server_ts.0),
                 field::<u64>(&top, "origin_server_ts")
             );
             assert_eq!(m.room, room);
