@@ -7,7 +7,7 @@ use crate::config::Gate;
 use crate::effect::DropReason;
 use crate::event::{Message, MessageContent, MsgType, NewContent, Relation};
 use crate::fallback::strip_plain_reply_fallback;
-use crate::ids::EventId;
+use crate::ids::{EventId, Label};
 use crate::reaction::ReactionKeys;
 use crate::verdict::{parse_text_verdict, Behavior, TextVerdict};
 
@@ -18,6 +18,9 @@ pub enum MessageClass<'a> {
     Drop(DropReason),
     /// A `yes abcde` / `no abcde` from an approver. Never pushed as chat.
     Verdict(TextVerdict),
+    /// An approver's `bind <label>` or `unbind` (see [`parse_room_command`]). Never
+    /// pushed as chat.
+    Command(RoomCommand),
     /// Chat to push.
     Chat(&'a MessageContent),
     /// An edit (`m.replace`) of `original`, never a verdict.
@@ -25,6 +28,30 @@ pub enum MessageClass<'a> {
         original: &'a EventId,
         new_content: &'a NewContent,
     },
+}
+
+/// What an approver can type in a room to bind it (docs/decisions/0026-session-rooms.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoomCommand {
+    /// `bind <label>`: this room becomes the label's room.
+    Bind(Label),
+    /// `unbind`: the label bound to this room, if any, is unbound.
+    Unbind,
+}
+
+/// Reads `bind <label>` or `unbind` (the word in any case, surrounding whitespace
+/// ignored, nothing else in the body); `None` for anything else, a `bind` whose
+/// label is no [`Label`] included.
+pub fn parse_room_command(body: &str) -> Option<RoomCommand> {
+    let mut words = body.split_whitespace();
+    let command = match (words.next(), words.next()) {
+        (Some(word), Some(label)) if word.eq_ignore_ascii_case("bind") => {
+            RoomCommand::Bind(Label::parse(label).ok()?)
+        }
+        (Some(word), None) if word.eq_ignore_ascii_case("unbind") => RoomCommand::Unbind,
+        _ => return None,
+    };
+    words.next().is_none().then_some(command)
 }
 
 /// The body a verdict is read from: the reply fallback is stripped only when a reply
@@ -39,7 +66,7 @@ pub fn verdict_body(content: &MessageContent) -> &str {
 /// Classifies a message from a sender the gate judged `gate`.
 ///
 /// Order: the gate (own events and strangers stop here), then missing content,
-/// notices, edits, verdict shape, chat. Only an approver's `m.text` or `m.emote` is
+/// notices, edits, an approver's room command (`m.text` only), verdict shape, chat. Only an approver's `m.text` or `m.emote` is
 /// a verdict; verdict-shaped text anywhere else (an edit's new content, a caption,
 /// another msgtype, a non-approver) is dropped, never pushed as chat.
 pub fn classify_message(gate: Gate, message: &Message) -> MessageClass<'_> {
@@ -73,6 +100,11 @@ pub fn classify_message(gate: Gate, message: &Message) -> MessageClass<'_> {
         };
     }
     let textual = matches!(content.msgtype, MsgType::Text | MsgType::Emote);
+    if gate == Gate::Approver && content.msgtype == MsgType::Text {
+        if let Some(command) = parse_room_command(verdict_body(content)) {
+            return MessageClass::Command(command);
+        }
+    }
     match parse_text_verdict(verdict_body(content)) {
         Some(verdict) if gate == Gate::Approver && textual => MessageClass::Verdict(verdict),
         Some(_) if gate == Gate::Approver => MessageClass::Drop(DropReason::VerdictShaped),

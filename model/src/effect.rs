@@ -2,7 +2,9 @@
 //! each variant and no `_` arm.
 
 use crate::agent::AgentWrite;
-use crate::ids::{CallId, EffectId, EventId, IdentityId, RoomId, SessionId, Timestamp, UserId};
+use crate::ids::{
+    CallId, EffectId, EventId, IdentityId, Label, RoomId, SessionId, Timestamp, UserId,
+};
 use crate::meta::Meta;
 use crate::verdict::{Behavior, RequestId};
 use serde::{Deserialize, Serialize};
@@ -64,6 +66,26 @@ pub enum Effect {
         id: EffectId,
         identity: IdentityId,
         room: RoomId,
+    },
+    /// Create a room for the sessions of `label` (Client-Server API, `POST
+    /// /createRoom`): named `name`, `invite` invited (the identity's allowed
+    /// senders), private, encrypted when the identity's store can encrypt. Outcome:
+    /// `Created` with the room id (the label is bound to it), or `Failed` (the
+    /// label stays without a room until one of its sessions attaches again).
+    CreateRoom {
+        id: EffectId,
+        identity: IdentityId,
+        label: Label,
+        name: String,
+        invite: Vec<UserId>,
+    },
+    /// `label` was bound to `room`, or unbound with `None` ([`crate::Input::Bind`],
+    /// an approver's `bind`/`unbind`, a room created for it). An audit record;
+    /// nothing to execute.
+    Bound {
+        identity: IdentityId,
+        label: Label,
+        room: Option<RoomId>,
     },
     /// Perform the agent's `write` as the identity, exactly as given, and answer the
     /// tool call `call` with how it ended. Outcome: `Sent` or `Failed`.
@@ -199,9 +221,13 @@ pub enum DropReason {
     UnknownEvent,
     /// A permission request while the identity has no approvers.
     NoApprovers,
-    /// A permission request with no `permission_room` and no room an allowed sender
-    /// wrote in yet.
+    /// A permission request with no room to post it in: no `permission_room`, and
+    /// the session's label has no room yet, or an unlabelled session and no unbound
+    /// room an allowed sender wrote in yet.
     NoPromptRoom,
+    /// Creating a room for a label failed; its sessions get no room's events until
+    /// one of them attaches again.
+    RoomCreationFailed { label: Label },
     /// A verdict for a request id with no answerable prompt in the room it was typed
     /// in (never issued, expired, already delivered, or posted in another room: the
     /// notice then links the prompt).

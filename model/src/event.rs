@@ -5,7 +5,9 @@
 //! (the parent of a reply); everything they hand over is a plain value.
 
 use crate::agent::AgentWrite;
-use crate::ids::{CallId, EffectId, EventId, IdentityId, RoomId, SessionId, Timestamp, UserId};
+use crate::ids::{
+    CallId, EffectId, EventId, IdentityId, Label, RoomId, SessionId, Timestamp, UserId,
+};
 use crate::verdict::RequestId;
 use serde::{Deserialize, Serialize};
 
@@ -18,9 +20,26 @@ use serde::{Deserialize, Serialize};
 pub enum Input {
     /// A Claude Code session attached to the identity (its channel stream is open).
     /// Queued events and decided verdicts for it are delivered now.
+    ///
+    /// With a `label`, the session lives in the label's room: it is pushed only that
+    /// room's events and its prompts are posted there. A label with no room yet gets
+    /// one ([`crate::Effect::CreateRoom`]). Without one, the session gets the events
+    /// of rooms bound to no label (docs/decisions/0026-session-rooms.md).
     Attach {
         identity: IdentityId,
         session: SessionId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<Label>,
+    },
+    /// The operator binds `label` to `room` (`matrix-channel bind`), or with `room:
+    /// None` unbinds it: its sessions then get the events of unbound rooms, and no
+    /// room is created for it. A room belongs to one label at most: binding it takes
+    /// it from the label it had. Answered with [`crate::Effect::Bound`], or dropped
+    /// as `NotJoined` for a room the identity is not joined to.
+    Bind {
+        identity: IdentityId,
+        label: Label,
+        room: Option<RoomId>,
     },
     /// A session's stream closed. Its prompts stay pending; verdicts wait for it.
     Detach {
@@ -146,6 +165,7 @@ impl Input {
     pub fn identity(&self) -> Option<&IdentityId> {
         match self {
             Input::Attach { identity, .. }
+            | Input::Bind { identity, .. }
             | Input::Detach { identity, .. }
             | Input::Message { identity, .. }
             | Input::Reaction { identity, .. }
@@ -206,6 +226,8 @@ pub enum Outcome {
     Sent,
     /// A prompt was posted to Matrix as `event_id`.
     Posted { event_id: EventId },
+    /// A room was created as `room` ([`crate::Effect::CreateRoom`]).
+    Created { room: RoomId },
     /// The effect did not happen; `reason` is for logs.
     Failed { reason: String },
 }

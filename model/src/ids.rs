@@ -61,6 +61,94 @@ string_id!(
     EventId
 );
 
+/// The name a Claude Code session gives the room it wants to live in (a project
+/// directory, Claude Code's own session id): one room per label per identity
+/// (docs/decisions/0026-session-rooms.md). 1 to [`Label::MAX_CHARS`] characters of
+/// `A-Z a-z 0-9 . _ -`, so an approver can type it (`bind <label>`) and a header or
+/// a query parameter carries it unescaped.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Label(String);
+
+impl Label {
+    /// The most characters a label has.
+    pub const MAX_CHARS: usize = 64;
+
+    /// `text` as a label. Errors: empty, longer than [`Label::MAX_CHARS`], or a
+    /// character outside `A-Z a-z 0-9 . _ -` (the error says which).
+    pub fn parse(text: &str) -> Result<Label, LabelError> {
+        if text.is_empty() {
+            return Err(LabelError::Empty);
+        }
+        if let Some(c) = text
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(LabelError::Character(c));
+        }
+        // Every character is ASCII now: bytes are characters.
+        if text.len() > Self::MAX_CHARS {
+            return Err(LabelError::TooLong { chars: text.len() });
+        }
+        Ok(Label(text.to_owned()))
+    }
+
+    /// The label as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for Label {
+    type Error = LabelError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Label::parse(&text)
+    }
+}
+
+impl From<Label> for String {
+    fn from(label: Label) -> String {
+        label.0
+    }
+}
+
+/// Why a text is no [`Label`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelError {
+    Empty,
+    /// Longer than [`Label::MAX_CHARS`]: `chars` characters.
+    TooLong {
+        chars: usize,
+    },
+    /// A character outside `A-Z a-z 0-9 . _ -`.
+    Character(char),
+}
+
+impl fmt::Display for LabelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LabelError::Empty => f.write_str("a room label is empty"),
+            LabelError::TooLong { chars } => write!(
+                f,
+                "a room label has {chars} characters, more than {}",
+                Label::MAX_CHARS
+            ),
+            LabelError::Character(c) => write!(
+                f,
+                "a room label has the character {c:?}; only A-Z a-z 0-9 . _ - are allowed"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LabelError {}
+
 /// A duration in milliseconds: a time to live, a grace, a settle window
 /// ([`crate::IdentityConfig`]'s `*_ms` fields). An instant is a [`Timestamp`].
 pub type Millis = u64;

@@ -54,7 +54,7 @@ pub use crate::config::{
     ConfigError, Gate, IdentityConfig, VerdictDevices, DEFAULT_ATTACH_GRACE_MS,
 };
 pub use crate::core::{
-    Channel, IdentityState, JoinState, LogEntry, Parked, Phase, Prompt, Queued, Record,
+    Binding, Channel, IdentityState, JoinState, LogEntry, Parked, Phase, Prompt, Queued, Record,
     SessionPhase, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
 };
 pub use crate::effect::{
@@ -65,7 +65,8 @@ pub use crate::event::{
     Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo, Undecryptable,
 };
 pub use crate::ids::{
-    CallId, EffectId, EventId, IdentityId, Millis, RoomId, SessionId, Timestamp, UserId,
+    CallId, EffectId, EventId, IdentityId, Label, LabelError, Millis, RoomId, SessionId, Timestamp,
+    UserId,
 };
 pub use crate::meta::{Meta, MetaKey, SECURITY_POINTER};
 pub use crate::verdict::{Behavior, RequestId};

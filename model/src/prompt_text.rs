@@ -10,6 +10,7 @@ use crate::config::IdentityConfig;
 use crate::effect::{Decision, PromptText, VerdictSource};
 use crate::event::PermissionRequest;
 use crate::fallback::clip_chars;
+use crate::ids::{Label, SessionId};
 use crate::verdict::Behavior;
 use html_escape::encode_text;
 use regex::Regex;
@@ -46,10 +47,47 @@ fn keys(keys: impl Iterator<Item = impl AsRef<str>>) -> String {
         .join(" ")
 }
 
-/// The prompt posted for `request`: the tool, the description, the input preview,
-/// then the instruction line with the request id, in plain text and HTML.
-pub fn render_prompt(config: &IdentityConfig, request: &PermissionRequest) -> PromptText {
+/// At most this many characters of a session id are shown (Claude Code's and the
+/// MCP session ids are UUIDs: the first 8 tell a handful of sessions apart).
+pub const SESSION_CHARS: usize = 8;
+
+/// Who asks: the session, and the label it attached with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asker<'a> {
+    pub label: Option<&'a Label>,
+    pub session: &'a SessionId,
+}
+
+impl Asker<'_> {
+    /// `label (session 1a2b3c4d)`, or `session 1a2b3c4d` without a label.
+    pub fn name(&self) -> String {
+        let visible = FORMAT.replace_all(self.session.as_str(), "");
+        let (short, _) = clip_chars(&visible, SESSION_CHARS);
+        match self.label {
+            Some(label) => format!("{label} (session {short})"),
+            None => format!("session {short}"),
+        }
+    }
+}
+
+/// The prompt posted for `request`: who asks (when `asker` is known), the tool,
+/// the description, the input preview, then the instruction line with the request
+/// id, in plain text and HTML.
+pub fn render_prompt(
+    config: &IdentityConfig,
+    request: &PermissionRequest,
+    asker: Option<Asker<'_>>,
+) -> PromptText {
     let id = request.request_id.as_str();
+    let who = asker.map(|asker| asker.name());
+    let from_plain = who
+        .as_ref()
+        .map(|who| format!(" from {who}"))
+        .unwrap_or_default();
+    let from_html = who
+        .as_ref()
+        .map(|who| format!(" from <b>{}</b>", html(who)))
+        .unwrap_or_default();
     let tool = clipped(&request.tool_name, TOOL_NAME_CHARS);
     let description = clipped(&request.description, DESCRIPTION_CHARS);
     let preview = clipped(&request.input_preview, PREVIEW_CHARS);
@@ -58,11 +96,11 @@ pub fn render_prompt(config: &IdentityConfig, request: &PermissionRequest) -> Pr
     let instruction =
         format!("Reply \"yes {id}\" to allow or \"no {id}\" to deny, or react {approve} / {deny}.");
     let plain = format!(
-        "🔐 Permission request {id}: Claude Code wants to run {tool}\n\
+        "🔐 Permission request {id}{from_plain}: Claude Code wants to run {tool}\n\
          {description}\nInput: {preview}\n\n{instruction}"
     );
     let html = format!(
-        "<p>🔐 Permission request <code>{id}</code>: Claude Code wants to run <b>{}</b></p>\
+        "<p>🔐 Permission request <code>{id}</code>{from_html}: Claude Code wants to run <b>{}</b></p>\
          <p>{}</p><pre><code>{}</code></pre><p>{}</p>",
         html(&tool),
         html(&description),

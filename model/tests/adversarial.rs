@@ -130,6 +130,7 @@ fn attach_in(identity: &str, session: &str) -> Input {
     Input::Attach {
         identity: identity.into(),
         session: session.into(),
+        label: None,
     }
 }
 
@@ -1657,6 +1658,7 @@ fn build_input(seen: &mut Seen, op: &Op) -> (Timestamp, Input) {
             Input::Attach {
                 identity: identity(*i),
                 session: session(*s),
+                label: None,
             }
         }
         Op::Detach(i, s) => Input::Detach {

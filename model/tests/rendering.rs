@@ -8,12 +8,21 @@ mod harness;
 
 use harness::*;
 use mc_model::prompt_text::{
-    render_outcome, render_prompt, PromptOutcome, DESCRIPTION_CHARS, PREVIEW_CHARS, TOOL_NAME_CHARS,
+    render_outcome, render_prompt, Asker, PromptOutcome, DESCRIPTION_CHARS, PREVIEW_CHARS,
+    TOOL_NAME_CHARS,
 };
 use mc_model::{
     Attachment, Behavior, Channel, ChannelNotification, Decision, Effect, MsgType,
     PermissionRequest, PromptText, Relation, ReplyTo, VerdictSource,
 };
+
+/// A labelled session with a Claude Code session id (a UUID).
+fn web_app() -> (mc_model::Label, mc_model::SessionId) {
+    (
+        mc_model::Label::parse("web-app").unwrap(),
+        mc_model::SessionId::from("5f0c2d9e-7a41-4c1b-9e0e-2b6d1f3a8c77"),
+    )
+}
 
 /// A request whose every field tries something.
 fn hostile_request() -> PermissionRequest {
@@ -27,13 +36,23 @@ fn hostile_request() -> PermissionRequest {
 
 #[test]
 fn the_prompt_in_plain_text() {
-    let text = render_prompt(&work_config(), &hostile_request());
+    let (label, session) = web_app();
+    let asker = Asker {
+        label: Some(&label),
+        session: &session,
+    };
+    let text = render_prompt(&work_config(), &hostile_request(), Some(asker));
     insta::assert_snapshot!("prompt_plain", text.plain);
 }
 
 #[test]
 fn the_prompt_in_html_escapes_everything_from_the_tool_call() {
-    let text = render_prompt(&work_config(), &hostile_request());
+    let (label, session) = web_app();
+    let asker = Asker {
+        label: Some(&label),
+        session: &session,
+    };
+    let text = render_prompt(&work_config(), &hostile_request(), Some(asker));
     assert!(!text.html.contains("<script>"));
     assert!(!text.html.contains("<b>hi"));
     assert!(!text.html.contains("& "));
@@ -49,7 +68,12 @@ fn long_prompt_fields_are_clipped_and_the_instruction_survives() {
         input_preview: "p".repeat(PREVIEW_CHARS + 1),
     };
 
-    let text = render_prompt(&work_config(), &request);
+    let session = mc_model::SessionId::from("5f0c2d9e-7a41-4c1b-9e0e-2b6d1f3a8c77");
+    let asker = Asker {
+        label: None,
+        session: &session,
+    };
+    let text = render_prompt(&work_config(), &request, Some(asker));
 
     let tool = format!("{}…", "T".repeat(TOOL_NAME_CHARS));
     let description = format!("{}…", "d".repeat(DESCRIPTION_CHARS));
@@ -57,7 +81,8 @@ fn long_prompt_fields_are_clipped_and_the_instruction_survives() {
     assert_eq!(
         text.plain,
         format!(
-            "🔐 Permission request vwxyz: Claude Code wants to run {tool}\n{description}\n\
+            "🔐 Permission request vwxyz from session 5f0c2d9e: Claude Code wants to run \
+             {tool}\n{description}\n\
              Input: {preview}\n\nReply \"yes vwxyz\" to allow or \"no vwxyz\" to deny, \
              or react ✅ 👍 / ❌ 👎."
         )
@@ -77,7 +102,7 @@ fn fields_exactly_at_their_limits_are_not_clipped() {
         input_preview: "p".repeat(PREVIEW_CHARS),
     };
 
-    let text = render_prompt(&work_config(), &request);
+    let text = render_prompt(&work_config(), &request, None);
 
     assert!(!text.plain.contains('…'));
     assert!(!text.html.contains('…'));
@@ -89,7 +114,7 @@ fn the_prompt_names_the_configured_reaction_keys() {
     config.reaction_keys =
         mc_model::reaction::ReactionKeys::new(["🆗", "🚀"], ["🛑"]).expect("valid keys");
 
-    let text = render_prompt(&config, &request("abcde"));
+    let text = render_prompt(&config, &request("abcde"), None);
 
     assert!(
         text.plain.ends_with("or react 🆗 🚀 / 🛑."),

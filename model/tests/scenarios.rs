@@ -9,6 +9,8 @@ mod harness;
 mod agent_writes;
 #[path = "scenarios/attach_grace.rs"]
 mod attach_grace;
+#[path = "scenarios/bindings.rs"]
+mod bindings;
 #[path = "scenarios/config.rs"]
 mod config;
 #[path = "scenarios/delivery.rs"]

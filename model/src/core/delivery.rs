@@ -29,6 +29,11 @@ pub enum Record {
     /// Pushed (or queued to be): `delivered` holds the sessions it was sent to.
     Pushed {
         kind: PushKind,
+        /// The room of the event: it is delivered to the sessions that receive that
+        /// room ([`IdentityState::receives`]). `None` in a state from before rooms
+        /// were recorded: taken as a room bound to no label.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        room: Option<RoomId>,
         delivered: BTreeSet<SessionId>,
         acked: bool,
         /// Redacted in Matrix: never delivered again.
@@ -38,6 +43,8 @@ pub enum Record {
     Verdict,
     /// A vote on a prompt; never pushed.
     Vote,
+    /// An approver's `bind` or `unbind`; never pushed.
+    Command,
     /// Passed the gate but was not pushed (see the `Dropped` effect emitted then).
     NotPushed,
 }
@@ -46,24 +53,30 @@ pub enum Record {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Queued {
     pub seq: u64,
+    /// The event's room, as [`Record::Pushed`] has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<RoomId>,
     pub event_id: EventId,
     pub notification: ChannelNotification,
 }
 
 impl IdentityState {
-    /// See [`Input::GapCut`]: every live session is told now; with none, or with one
-    /// inside its attach grace, the next one to become live is (a room's cut is kept
-    /// once).
+    /// See [`Input::GapCut`]: every live session that receives the room is told
+    /// now; with none, or with one inside its attach grace, the next such session to
+    /// become live is (a room's cut is kept once).
     pub(super) fn on_gap_cut(&mut self, room: RoomId, out: &mut Out<'_>) {
         if !self.is_joined(&room) {
             return out.drop(None, DropReason::NotJoined);
         }
         out.drop(None, DropReason::GapCut { room: room.clone() });
-        let live = self.live_sessions();
-        let attaching = self
-            .sessions
-            .values()
-            .any(|state| matches!(state, SessionPhase::Attaching { .. }));
+        let live: Vec<SessionId> = self
+            .live_sessions()
+            .into_iter()
+            .filter(|session| self.receives(session, Some(&room)))
+            .collect();
+        let attaching = self.sessions.iter().any(|(session, state)| {
+            matches!(state, SessionPhase::Attaching { .. }) && self.receives(session, Some(&room))
+        });
         if (live.is_empty() || attaching) && !self.gap_cuts.contains(&room) {
             self.gap_cuts.push(room.clone());
         }
@@ -117,8 +130,8 @@ impl IdentityState {
         }
     }
 
-    /// Delivers a logged event to every live session that does not have it, or queues
-    /// it when none is live.
+    /// Delivers a logged event to every attached session that receives its room
+    /// and does not have it, or queues it when there is none.
     pub(super) fn deliver(
         &mut self,
         event_id: &EventId,
@@ -126,21 +139,23 @@ impl IdentityState {
         notification: ChannelNotification,
         out: &mut Out<'_>,
     ) {
-        let have = match self.log.get(event_id) {
+        let (have, room) = match self.log.get(event_id) {
             Some(LogEntry {
-                record: Record::Pushed { delivered, .. },
+                record: Record::Pushed {
+                    delivered, room, ..
+                },
                 ..
-            }) => delivered.clone(),
-            _ => BTreeSet::new(),
+            }) => (delivered.clone(), room.clone()),
+            _ => (BTreeSet::new(), None),
         };
         let targets: Vec<SessionId> = self
             .attached_sessions()
             .into_iter()
-            .filter(|s| !have.contains(s))
+            .filter(|s| !have.contains(s) && self.receives(s, room.as_ref()))
             .collect();
         if targets.is_empty() {
             if have.is_empty() {
-                self.enqueue(event_id, seq, notification, out);
+                self.enqueue(event_id, room, seq, notification, out);
             }
             return;
         }
@@ -149,6 +164,7 @@ impl IdentityState {
             if !self.is_live(&session) {
                 self.held.entry(session).or_default().push(Queued {
                     seq,
+                    room: room.clone(),
                     event_id: event_id.clone(),
                     notification: notification.clone(),
                 });
@@ -167,6 +183,7 @@ impl IdentityState {
     pub(super) fn enqueue(
         &mut self,
         event_id: &EventId,
+        room: Option<RoomId>,
         seq: u64,
         notification: ChannelNotification,
         out: &mut Out<'_>,
@@ -176,6 +193,7 @@ impl IdentityState {
             at,
             Queued {
                 seq,
+                room,
                 event_id: event_id.clone(),
                 notification,
             },
@@ -260,6 +278,7 @@ impl IdentityState {
                     delivered,
                     acked,
                     redacted,
+                    ..
                 },
             ..
         }) = self.log.get_mut(&event_id)
@@ -280,13 +299,14 @@ impl IdentityState {
     pub(super) fn log_and_deliver(
         &mut self,
         event_id: &EventId,
-        sender: &UserId,
+        (sender, room): (&UserId, &RoomId),
         kind: PushKind,
         notification: ChannelNotification,
         out: &mut Out<'_>,
     ) {
         let record = Record::Pushed {
             kind,
+            room: Some(room.clone()),
             delivered: BTreeSet::new(),
             acked: false,
             redacted: false,

@@ -2,13 +2,14 @@
 //! server's tools and the model check's properties use. The rules that change it
 //! live in the sibling modules, one concern each (see the table in `mod.rs`).
 
+use super::bindings::Binding;
 use super::delivery::{LogEntry, Queued};
 use super::prompts::Prompt;
 use super::rooms::JoinState;
 use super::sessions::SessionPhase;
 use super::undecryptable::Parked;
 use crate::config::IdentityConfig;
-use crate::ids::{EventId, RoomId, SessionId};
+use crate::ids::{EventId, Label, RoomId, SessionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -59,6 +60,13 @@ pub struct IdentityState {
     /// first model call a channel event starts).
     #[serde(default)]
     pub(super) unbriefed: BTreeSet<SessionId>,
+    /// Each label and its room (see [`super::bindings`]).
+    #[serde(default)]
+    pub(super) bindings: BTreeMap<Label, Binding>,
+    /// The label each session attached with last; a session without one is routed
+    /// to the rooms bound to no label.
+    #[serde(default)]
+    pub(super) labels: BTreeMap<SessionId, Label>,
 }
 
 impl IdentityState {
@@ -82,6 +90,8 @@ impl IdentityState {
             gap_cuts: Vec::new(),
             held: BTreeMap::new(),
             unbriefed: BTreeSet::new(),
+            bindings: BTreeMap::new(),
+            labels: BTreeMap::new(),
         }
     }
 

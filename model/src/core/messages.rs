@@ -32,10 +32,12 @@ impl IdentityState {
             out.drop(Some(&message.event_id), DropReason::Duplicate);
             return;
         }
+        // The room an unlabelled session's prompts go to: never a session's room.
         if message
             .content
             .as_ref()
             .is_some_and(|c| c.msgtype != MsgType::Notice)
+            && !self.is_bound_room(&message.room)
         {
             self.last_room = Some(message.room.clone());
         }
@@ -43,6 +45,10 @@ impl IdentityState {
             MessageClass::Drop(reason) => {
                 self.log(&message.event_id, &message.sender, Record::NotPushed, out);
                 out.drop(Some(&message.event_id), reason);
+            }
+            MessageClass::Command(command) => {
+                self.log(&message.event_id, &message.sender, Record::Command, out);
+                self.on_room_command(&message, command, out);
             }
             MessageClass::Verdict(verdict) => {
                 self.log(&message.event_id, &message.sender, Record::Verdict, out);
@@ -52,7 +58,7 @@ impl IdentityState {
                 let notification = render_message(&self.config, &message, content);
                 self.log_and_deliver(
                     &message.event_id,
-                    &message.sender,
+                    (&message.sender, &message.room),
                     PushKind::Message,
                     notification,
                     out,
@@ -71,7 +77,7 @@ impl IdentityState {
                     let notification = render_edit(&self.config, &message, original, new_content);
                     self.log_and_deliver(
                         &message.event_id,
-                        &message.sender,
+                        (&message.sender, &message.room),
                         PushKind::Edit,
                         notification,
                         out,
@@ -137,7 +143,7 @@ impl IdentityState {
                 let notification = render_reaction(&reaction);
                 self.log_and_deliver(
                     &reaction.event_id,
-                    &reaction.sender,
+                    (&reaction.sender, &reaction.room),
                     PushKind::Reaction,
                     notification,
                     out,
@@ -233,7 +239,7 @@ impl IdentityState {
         let notification = render_retraction(&redaction);
         self.log_and_deliver(
             &redaction.event_id,
-            &redaction.sender,
+            (&redaction.sender, &redaction.room),
             PushKind::Retraction,
             notification,
             out,

@@ -7,6 +7,7 @@
 //! | module | rules |
 //! |---|---|
 //! | `mod.rs` | [`Channel`]: the dispatch of one input, restarts, effect outcomes ([`Input::Completed`]), the effects in flight, [`Channel::next_deadline`] |
+//! | [`bindings`] | session rooms: a label's room, its creation, routing of events to sessions, bind and unbind |
 //! | [`identity`] | [`IdentityState`]: its fields and the read-only views the server's tools and the properties use |
 //! | [`sessions`] | attach, the attach grace, detach, a lost stream, replay of the queue, attach generations |
 //! | [`delivery`] | the delivery log, the queue, pushes, held pushes, a failed push delivered again, sync gap cuts |
@@ -18,6 +19,7 @@
 //! | [`verdicts`] | text verdicts, votes and their settle window, the decision, the verdict's delivery |
 //! | [`timers`] | what fires when time passes: settle windows, expiry, undecryptable grace, attach grace |
 
+mod bindings;
 mod delivery;
 mod identity;
 mod messages;
@@ -29,6 +31,7 @@ mod undecryptable;
 mod verdicts;
 mod writes;
 
+pub use bindings::Binding;
 pub use delivery::{LogEntry, Queued, Record};
 pub use identity::IdentityState;
 pub use prompts::{Phase, Prompt};
@@ -40,7 +43,9 @@ pub use verdicts::Vote;
 use crate::config::{ConfigError, IdentityConfig};
 use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PromptText};
 use crate::event::{Input, Outcome, PermissionRequest};
-use crate::ids::{CallId, EffectId, EventId, IdentityId, RoomId, SessionId, Timestamp, UserId};
+use crate::ids::{
+    CallId, EffectId, EventId, IdentityId, Label, RoomId, SessionId, Timestamp, UserId,
+};
 use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -72,9 +77,17 @@ enum InFlight {
         identity: IdentityId,
         room: RoomId,
         request: PermissionRequest,
+        /// The prompt as posted: a post issued again after a restart sends the same.
+        /// (`None` in a state from before it was kept: rendered again then.)
+        #[serde(default)]
+        text: Option<PromptText>,
         /// Set when the prompt is retired while still being posted: what the posted
         /// message then shows.
         retired: Option<PromptText>,
+    },
+    CreateRoom {
+        identity: IdentityId,
+        label: Label,
     },
     Write {
         identity: IdentityId,
@@ -291,7 +304,11 @@ impl Channel {
             state.decrypted(event_id, sender);
         }
         match input {
-            Input::Attach { session, .. } => state.attach(session, &mut out),
+            Input::Attach { session, label, .. } => {
+                state.attach_label(&session, label, &mut out);
+                state.attach(session, &mut out)
+            }
+            Input::Bind { label, room, .. } => state.on_bind(label, room, &mut out),
             Input::Detach { session, .. } => state.detach(&session, &mut out),
             Input::Message { message, .. } => state.on_message(message, &mut out),
             Input::Reaction { reaction, .. } => state.on_reaction(reaction, &mut out),
@@ -356,17 +373,21 @@ impl Channel {
                     identity,
                     room,
                     request,
+                    text,
                     ..
                 }) => {
                     let Some(state) = self.identities.get(identity) else {
                         continue;
                     };
+                    let text = text
+                        .clone()
+                        .unwrap_or_else(|| render_prompt(&state.config, request, None));
                     effects.push(Effect::PostPrompt {
                         id,
                         identity: identity.clone(),
                         room: room.clone(),
                         request_id: request.request_id.clone(),
-                        text: render_prompt(&state.config, request),
+                        text,
                     });
                 }
                 Some(_) => {
@@ -395,6 +416,7 @@ impl Channel {
             | InFlight::Post { identity, .. }
             | InFlight::Write { identity, .. }
             | InFlight::Join { identity, .. }
+            | InFlight::CreateRoom { identity, .. }
             | InFlight::Verdict { identity, .. } => identity.clone(),
         };
         let Some(state) = self.identities.get_mut(&identity) else {
@@ -431,6 +453,7 @@ impl Channel {
                     retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
                 state.post_completed(id, room, shown, outcome, &mut out)
             }
+            InFlight::CreateRoom { label, .. } => state.room_created(id, label, outcome, &mut out),
             // The tool call is answered from the outcome by the server; the core
             // only stops waiting for it.
             InFlight::Write { .. } => {}

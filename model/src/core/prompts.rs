@@ -8,7 +8,7 @@ use super::{InFlight, Out};
 use crate::effect::{Decision, DropReason, Effect, PromptText};
 use crate::event::{Outcome, PermissionRequest};
 use crate::ids::{EffectId, EventId, RoomId, SessionId, Timestamp};
-use crate::prompt_text::{render_outcome, render_prompt, PromptOutcome};
+use crate::prompt_text::{render_outcome, render_prompt, Asker, PromptOutcome};
 use crate::verdict::RequestId;
 use serde::{Deserialize, Serialize};
 
@@ -144,11 +144,12 @@ impl IdentityState {
         if !self.config.relays_permissions() {
             return out.drop(None, DropReason::NoApprovers);
         }
+        // The operator's `permission_room`, else the room the session lives in.
         let Some(room) = self
             .config
             .permission_room
             .clone()
-            .or_else(|| self.last_room.clone())
+            .or_else(|| self.room_of(&session).cloned())
         else {
             return out.drop(None, DropReason::NoPromptRoom);
         };
@@ -172,13 +173,18 @@ impl IdentityState {
         let serial = self.next_serial;
         self.next_serial += 1;
         let post = out.id();
-        let text = render_prompt(&self.config, &request);
+        let asker = Asker {
+            label: self.labels.get(&session),
+            session: &session,
+        };
+        let text = render_prompt(&self.config, &request, Some(asker));
         out.in_flight.insert(
             post,
             InFlight::Post {
                 identity: out.identity.clone(),
                 room: room.clone(),
                 request: request.clone(),
+                text: Some(text.clone()),
                 retired: None,
             },
         );
@@ -250,7 +256,7 @@ impl IdentityState {
             (Some(index), Outcome::Posted { event_id }) => {
                 self.prompts[index].phase = Phase::Pending { message: event_id };
             }
-            (Some(index), Outcome::Sent | Outcome::Failed { .. }) => {
+            (Some(index), Outcome::Sent | Outcome::Created { .. } | Outcome::Failed { .. }) => {
                 self.prompts.remove(index);
                 out.drop(None, DropReason::PromptPostFailed);
             }
@@ -264,7 +270,7 @@ impl IdentityState {
                     text: shown,
                 });
             }
-            (None, Outcome::Sent | Outcome::Failed { .. }) => {
+            (None, Outcome::Sent | Outcome::Created { .. } | Outcome::Failed { .. }) => {
                 out.drop(None, DropReason::StaleOutcome);
             }
         }

@@ -90,6 +90,7 @@ impl IdentityState {
                 if self.last_room.as_ref() == Some(&room) {
                     self.last_room = None;
                 }
+                self.room_gone(&room, out);
                 self.rooms.insert(room, JoinState::Left);
                 return;
             }

@@ -4,14 +4,16 @@
 //! stream, and each attach's generation (a failure reported for an earlier attach
 //! does not detach the session).
 
+use super::delivery::Queued;
 use super::identity::IdentityState;
 use super::prompts::Phase;
 use super::Out;
 use crate::effect::DropReason;
-use crate::ids::{SessionId, Timestamp};
+use crate::ids::{RoomId, SessionId, Timestamp};
 use crate::meta::MetaKey;
 use crate::render::{render_gap_cut, render_replay_cut};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 
 /// Whether a session's stream is open, and whether it is pushed to yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -106,7 +108,11 @@ impl IdentityState {
         for serial in decided {
             self.start_delivery(serial, out);
         }
-        for room in std::mem::take(&mut self.gap_cuts) {
+        let (mine, others): (Vec<RoomId>, Vec<RoomId>) = std::mem::take(&mut self.gap_cuts)
+            .into_iter()
+            .partition(|room| self.receives(&session, Some(room)));
+        self.gap_cuts = others;
+        for room in mine {
             self.push(&session, None, 0, render_gap_cut(&room), out);
         }
         self.replay(&session, out);
@@ -144,16 +150,22 @@ impl IdentityState {
         }
     }
 
-    /// Replays the queue to `session`, oldest first, cut to the replay budget (the
-    /// newest events are kept; a notice says how many older ones were omitted).
+    /// Replays to `session` what the queue holds of the rooms it receives, oldest
+    /// first, cut to the replay budget (the newest events are kept; a notice says
+    /// how many older ones were omitted). The other rooms' events stay queued.
     pub(super) fn replay(&mut self, session: &SessionId, out: &mut Out<'_>) {
-        let omitted = self.queue.len().saturating_sub(self.config.replay_budget);
+        let (mut mine, others): (VecDeque<Queued>, VecDeque<Queued>) =
+            std::mem::take(&mut self.queue)
+                .into_iter()
+                .partition(|queued| self.receives(session, queued.room.as_ref()));
+        self.queue = others;
+        let omitted = mine.len().saturating_sub(self.config.replay_budget);
         if omitted > 0 {
-            self.queue.drain(..omitted);
+            mine.drain(..omitted);
             out.drop(None, DropReason::ReplayCut { omitted });
             self.push(session, None, 0, render_replay_cut(omitted), out);
         }
-        for queued in std::mem::take(&mut self.queue) {
+        for queued in mine {
             let mut notification = queued.notification.clone();
             notification.meta.set(MetaKey::Replayed, crate::meta::FLAG);
             self.record_delivery(&queued.event_id, session);

@@ -96,7 +96,7 @@ impl IdentityState {
         let notification = render_undecryptable(&event);
         self.log_and_deliver(
             &event.event_id,
-            &event.sender,
+            (&event.sender, &event.room),
             PushKind::Undecryptable,
             notification,
             out,

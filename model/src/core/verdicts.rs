@@ -9,6 +9,7 @@ use crate::agent::matrix_to;
 use crate::effect::{Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource};
 use crate::event::{Message, Outcome};
 use crate::ids::{EffectId, EventId, RoomId, UserId};
+use crate::prompt_text::Asker;
 use crate::verdict::{Behavior, RequestId, TextVerdict};
 use serde::{Deserialize, Serialize};
 
@@ -212,10 +213,29 @@ impl IdentityState {
             decision: decision.clone(),
             at: out.now,
         });
-        prompt.phase = Phase::Decided { message, decision };
-        let (session, serial) = (prompt.session.clone(), prompt.serial);
+        prompt.phase = Phase::Decided {
+            message: message.clone(),
+            decision,
+        };
+        let (session, serial, room) = (prompt.session.clone(), prompt.serial, prompt.room.clone());
         if self.is_live(&session) {
             self.start_delivery(serial, out);
+        } else if !self.is_attached(&session) {
+            // The approver learns the answer waits: the session that asked is gone
+            // (it may come back, `claude --resume`).
+            let who = Asker {
+                label: self.labels.get(&session),
+                session: &session,
+            }
+            .name();
+            out.notice(
+                &room,
+                &message,
+                format!(
+                    "The session that asked, {who}, is not connected: the answer reaches it \
+                     when it connects again."
+                ),
+            );
         }
     }
 

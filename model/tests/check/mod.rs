@@ -1125,6 +1125,7 @@ impl Model for World {
             Input::Attach {
                 identity: Ident::B.id(),
                 session: Sess::S3.id(),
+                label: None,
             },
         );
         let mut state = State {
@@ -1490,6 +1491,7 @@ impl Model for World {
                     Input::Attach {
                         identity: sess.ident().id(),
                         session: sess.id(),
+                        label: None,
                     },
                 ));
             }
@@ -2402,7 +2404,11 @@ fn monitor(
                 }
                 _ => {}
             },
-            Effect::Notice { .. } | Effect::LogMessage { .. } | Effect::Acknowledged { .. } => {}
+            Effect::Notice { .. }
+            | Effect::LogMessage { .. }
+            | Effect::Acknowledged { .. }
+            | Effect::CreateRoom { .. }
+            | Effect::Bound { .. } => {}
             // Held until an action completes it.
             Effect::JoinRoom { id, room, .. } => {
                 step.joins += 1;
@@ -2438,6 +2444,8 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::EditPrompt { identity, .. }
         | Effect::Notice { identity, .. }
         | Effect::JoinRoom { identity, .. }
+        | Effect::CreateRoom { identity, .. }
+        | Effect::Bound { identity, .. }
         | Effect::Write { identity, .. }
         | Effect::WriteRefused { identity, .. }
         | Effect::LogMessage { identity, .. }

@@ -17,7 +17,7 @@
 use mc_model::meta::is_valid_meta_key;
 use mc_model::{
     AgentWrite, Behavior, CallId, Channel, ChannelNotification, DropReason, Effect, EffectId,
-    EventId, IdentityConfig, IdentityId, Input, Message, MessageContent, Millis, MsgType,
+    EventId, IdentityConfig, IdentityId, Input, Label, Message, MessageContent, Millis, MsgType,
     NewContent, Outcome, Parent, PermissionRequest, Reaction, Redaction, Relation, ReplyTo,
     RequestId, RoomId, SessionId, Timestamp, Undecryptable, UserId, VerdictSource,
 };
@@ -147,6 +147,14 @@ pub enum Kind {
     Write,
     /// A join on an invite ([`Effect::JoinRoom`]).
     Join,
+    /// A label's room being created ([`Effect::CreateRoom`]): the room is
+    /// `!room-<label>:example.org`.
+    Create,
+}
+
+/// The room the world creates for `label` ([`Kind::Create`]).
+pub fn label_room(label: &str) -> RoomId {
+    RoomId(format!("!room-{label}:example.org"))
 }
 
 /// One `notifications/claude/channel` push, as a session would see it.
@@ -529,6 +537,29 @@ impl World {
         self.input(Input::Attach {
             identity,
             session: session.into(),
+            label: None,
+        });
+        self.drive();
+    }
+
+    /// Attaches `session` with `label` (its room is [`label_room`] once created).
+    pub fn attach_labelled(&mut self, session: &str, label: &str) {
+        let identity = self.identity.clone();
+        self.input(Input::Attach {
+            identity,
+            session: session.into(),
+            label: Some(Label::parse(label).expect("a test label is a label")),
+        });
+        self.drive();
+    }
+
+    /// The operator binds `label` to `room`, or unbinds it with `None`.
+    pub fn bind(&mut self, label: &str, room: Option<&RoomId>) {
+        let identity = self.identity.clone();
+        self.input(Input::Bind {
+            identity,
+            label: Label::parse(label).expect("a test label is a label"),
+            room: room.cloned(),
         });
         self.drive();
     }
@@ -849,8 +880,10 @@ impl World {
             Effect::PostPrompt { id, .. }
             | Effect::SendVerdict { id, .. }
             | Effect::Write { id, .. }
-            | Effect::JoinRoom { id, .. } => Some(*id),
+            | Effect::JoinRoom { id, .. }
+            | Effect::CreateRoom { id, .. } => Some(*id),
             Effect::EditPrompt { .. }
+            | Effect::Bound { .. }
             | Effect::Notice { .. }
             | Effect::Decided { .. }
             | Effect::WriteRefused { .. }
@@ -882,13 +915,20 @@ impl World {
             Effect::SendVerdict { id, .. } => (*id, Kind::Verdict),
             Effect::Write { id, .. } => (*id, Kind::Write),
             Effect::JoinRoom { id, .. } => (*id, Kind::Join),
+            Effect::CreateRoom { id, .. } => (*id, Kind::Create),
             _ => return,
+        };
+        let created = match effect {
+            Effect::CreateRoom { label, .. } => Some(label_room(label.as_str())),
+            _ => None,
         };
         let outcome = if let Some(at) = self.failing.iter().position(|k| *k == kind) {
             self.failing.remove(at);
             Outcome::Failed {
                 reason: "the world made it fail".into(),
             }
+        } else if let Some(room) = created {
+            Outcome::Created { room }
         } else if kind == Kind::Post {
             let event_id = self.fresh("$p");
             let request_id = self.post_requests[&id].clone();
@@ -1082,6 +1122,30 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
             message,
         } => format!("{}log {session} {message:?}", prefix(identity)),
         Effect::JoinRoom { identity, room, .. } => format!("{}join {room}", prefix(identity)),
+        Effect::CreateRoom {
+            identity,
+            label,
+            name,
+            invite,
+            ..
+        } => format!(
+            "{}create {label} {name:?} invite {}",
+            prefix(identity),
+            invite
+                .iter()
+                .map(|u| u.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Effect::Bound {
+            identity,
+            label,
+            room,
+        } => format!(
+            "{}bound {label} {}",
+            prefix(identity),
+            room.as_ref().map_or("-", |r| r.as_str())
+        ),
         Effect::Dropped {
             identity,
             event_id,

@@ -646,6 +646,7 @@ fn the_delivery_log_records_arrival_order_sender_and_sessions() {
         entry.record,
         Record::Pushed {
             kind: mc_model::render::PushKind::Message,
+            room: Some(room(R1)),
             delivered: [sid(S1), sid(S2)].into(),
             acked: false,
             redacted: false,

@@ -232,6 +232,7 @@ fn an_earlier_now_is_taken_as_the_latest_seen() {
         Input::Attach {
             identity: identity(WORK),
             session: sid(S1),
+            label: None,
         },
     );
     channel.handle(

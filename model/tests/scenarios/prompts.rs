@@ -725,7 +725,11 @@ fn the_posted_prompt_carries_its_rendered_text() {
         text,
         Some(mc_model::prompt_text::render_prompt(
             &work_config(),
-            &request("abcde")
+            &request("abcde"),
+            Some(mc_model::prompt_text::Asker {
+                label: None,
+                session: &sid(S1)
+            })
         ))
     );
 }

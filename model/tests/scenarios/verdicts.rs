@@ -653,7 +653,13 @@ fn a_verdict_while_the_owner_is_away_is_delivered_when_it_attaches() {
     let yes = w.say(ALICE, R1, "yes abcde");
     assert_eq!(
         w.take(),
-        [format!("decided s1 abcde allow by {ALICE} via text {yes}")]
+        [
+            format!("decided s1 abcde allow by {ALICE} via text {yes}"),
+            format!(
+                "notice {prompt} \"The session that asked, session s1, is not connected: the \
+                 answer reaches it when it connects again.\""
+            ),
+        ]
     );
     assert_eq!(w.phases(), ["s1 abcde decided"]);
 
@@ -768,7 +774,12 @@ fn the_decided_prompt_records_who_answered_and_how() {
 fn a_reply_quoting_the_whole_multi_line_prompt_still_answers() {
     let mut w = World::new();
     let prompt = w.pending_prompt("abcde");
-    let plain = mc_model::prompt_text::render_prompt(&work_config(), &request("abcde")).plain;
+    let asker = mc_model::prompt_text::Asker {
+        label: None,
+        session: &sid(S1),
+    };
+    let plain =
+        mc_model::prompt_text::render_prompt(&work_config(), &request("abcde"), Some(asker)).plain;
     let mut lines = plain.lines();
     let mut fallback = format!("> <{BOT}> {}", lines.next().unwrap());
     for line in lines {
