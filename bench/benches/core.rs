@@ -394,6 +394,7 @@ impl Trace {
         recorder.handle(Input::Attach {
             identity: IDENTITY.into(),
             session: SESSION.into(),
+            label: None,
         });
         let start = recorder.channel.clone();
         recorder.inputs.clear();
@@ -445,6 +446,7 @@ impl Trace {
 fn kind(input: &Input) -> &'static str {
     match input {
         Input::Attach { .. } => "attach",
+        Input::Bind { .. } => "bind",
         Input::Detach { .. } => "detach",
         Input::Message { message, .. } if message.sender.as_str() == MALLORY => "stranger messages",
         Input::Message { message, .. } => match message.content.as_ref().and_then(|c| {
@@ -592,7 +594,14 @@ impl Recorder {
                     self.posted.insert(request_id.clone(), event_id.clone());
                     self.pending.push_back((*id, Outcome::Posted { event_id }));
                 }
+                Effect::CreateRoom { id, label, .. } => self.pending.push_back((
+                    *id,
+                    Outcome::Created {
+                        room: format!("!{label}:bench").as_str().into(),
+                    },
+                )),
                 Effect::EditPrompt { .. }
+                | Effect::Bound { .. }
                 | Effect::Notice { .. }
                 | Effect::Decided { .. }
                 | Effect::WriteRefused { .. }

@@ -92,6 +92,7 @@ pub fn seeded_state(
         Input::Attach {
             identity: id.clone(),
             session: SessionId(SEED_SESSION.to_owned()),
+            label: None,
         },
     )?;
     for i in 0..entries {

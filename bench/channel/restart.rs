@@ -136,6 +136,7 @@ fn write_journal(dir: &Path, inputs: u64) -> anyhow::Result<Channel> {
         Input::Attach {
             identity: identity.clone(),
             session: SessionId("bench-restart-session".to_owned()),
+            label: None,
         },
     ] {
         channel.handle(mc_model::Timestamp(start), input);

@@ -126,7 +126,8 @@ alphabet! {
 /// here until the alphabet has an action for it.
 pub fn kind_of(input: &Input) -> ActionKind {
     match input {
-        Input::Attach { .. } => ActionKind::Attach,
+        // TODO(issue 26): bind and unbind actions.
+        Input::Attach { .. } | Input::Bind { .. } => ActionKind::Attach,
         Input::Detach { .. } => ActionKind::Detach,
         Input::Message { .. } => ActionKind::Message,
         Input::Reaction { .. } => ActionKind::Reaction,

@@ -428,7 +428,11 @@ mod tests {
         let identity = IdentityId("bot".into());
         let session = SessionId(format!("s{}", i / 2));
         if i.is_multiple_of(2) {
-            Input::Attach { identity, session }
+            Input::Attach {
+                identity,
+                session,
+                label: None,
+            }
         } else {
             Input::Detach { identity, session }
         }

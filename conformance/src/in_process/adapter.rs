@@ -20,6 +20,7 @@ impl Adapter for InProcess {
         self.submit(Input::Attach {
             identity: session.ident().id(),
             session: session.id(),
+            label: None,
         })
     }
 

@@ -126,6 +126,7 @@ impl World {
         self.run(Input::Attach {
             identity: session.ident().id(),
             session: session.id(),
+            label: None,
         });
     }
 

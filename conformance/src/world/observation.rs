@@ -268,6 +268,14 @@ impl World {
                 None
             }
             // The join succeeds; the homeserver's sync then delivers the join event.
+            // TODO(issue 26): the engine does not create rooms yet.
+            Effect::CreateRoom { id, .. } => Some(Input::Completed {
+                id,
+                outcome: mc_model::Outcome::Failed {
+                    reason: "creating rooms is not built yet".to_owned(),
+                },
+            }),
+            Effect::Bound { .. } => None,
             Effect::JoinRoom { id, identity, room } => {
                 let ident = ident_of(&identity);
                 self.expected.push(Observation::Joined {

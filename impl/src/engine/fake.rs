@@ -166,6 +166,7 @@ pub(super) fn attach(session: &str) -> Input {
     Input::Attach {
         identity: id(),
         session: SessionId(session.into()),
+        label: None,
     }
 }
 

@@ -300,6 +300,22 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     }),
                 );
             }
+            // TODO(issue 26): create the room through the wire.
+            Effect::CreateRoom { id, .. } => {
+                let outcome = Outcome::Failed {
+                    reason: "creating rooms is not built yet".to_owned(),
+                };
+                let _ = self
+                    .tx
+                    .send(Command::Input(Box::new(Input::Completed { id, outcome })));
+            }
+            Effect::Bound {
+                identity,
+                label,
+                room,
+            } => {
+                tracing::info!(%identity, %label, room = ?room, "label bound");
+            }
             Effect::WriteRefused {
                 identity,
                 call,

@@ -77,6 +77,7 @@ impl StreamTracker {
             let _ = self.engine.submit(Input::Attach {
                 identity: IdentityId(identity.clone()),
                 session: SessionId(session.to_string()),
+                label: None,
             });
         }
         Some(StreamGuard {
