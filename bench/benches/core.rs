@@ -339,6 +339,7 @@ fn model_check(scope: Scope, bounded: bool) -> CheckRun {
         Scope::Delivery => "delivery",
         Scope::Prompts => "prompts",
         Scope::Rooms => "rooms",
+        Scope::Sessions => "sessions",
     };
     let mut builder = World::new(scope).checker().threads(2);
     if bounded {

@@ -67,17 +67,21 @@ fn the_rooms_scope_holds_every_invariant_over_its_full_search() {
 }
 
 #[test]
-fn the_three_scopes_together_witness_every_sometimes_property() {
+fn the_sessions_scope_holds_every_invariant_over_its_full_search() {
+    if full_check_enabled() {
+        full_check(Scope::Sessions);
+    }
+}
+
+#[test]
+fn the_scopes_together_witness_every_sometimes_property() {
     let all: BTreeSet<&str> = World::new(Scope::Delivery)
         .properties()
         .iter()
         .filter(|p| p.expectation == Expectation::Sometimes)
         .map(|p| p.name)
         .collect();
-    let covered: BTreeSet<&str> = [Scope::Delivery, Scope::Prompts, Scope::Rooms]
-        .into_iter()
-        .flat_map(witnesses)
-        .collect();
+    let covered: BTreeSet<&str> = Scope::ALL.into_iter().flat_map(witnesses).collect();
     assert_eq!(covered, all);
 }
 
@@ -108,7 +112,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 /// The last column is the counterexample's last action as the world prints it
 /// (`Debug`): the step at which the fault shows, so a search that finds some other
 /// path to the property fails.
-const FAULTS: [(&str, Fault, Scope, &str); 35] = [
+const FAULTS: [(&str, Fault, Scope, &str); 38] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -319,6 +323,24 @@ const FAULTS: [(&str, Fault, Scope, &str); 35] = [
         Scope::Prompts,
         "Noise(AnnUnsignedYes)",
     ),
+    (
+        names::OUT_OF_ROOM,
+        Fault::SwapCreatedRooms,
+        Scope::Sessions,
+        "Say { ident: A, who: Ann, room: 3, text: Chat }",
+    ),
+    (
+        names::VERDICT_CROSS_ROOM,
+        Fault::ForgeVerdictRoom,
+        Scope::Sessions,
+        "Say { ident: A, who: Ann, room: 4, text: Yes(R1) }",
+    ),
+    (
+        names::BINDING_LOST,
+        Fault::LoseBindingsAtRestart,
+        Scope::Sessions,
+        "Attach(S2)",
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope, last_action: &str) {
@@ -392,4 +414,7 @@ fault_tests! {
     verdict_sends_reported_sent_at_a_restart_never_reach_the_session => 32;
     a_restart_the_core_is_not_told_of_lets_pushes_go_to_dead_streams => 33;
     a_device_the_adapter_forgets_lets_a_verdict_from_an_unsigned_device_decide => 34;
+    rooms_reported_for_the_wrong_label_send_one_sessions_events_to_another => 35;
+    a_verdict_handed_over_in_the_wrong_room_answers_another_sessions_prompt => 36;
+    a_state_saved_without_its_bindings_creates_a_labels_room_again => 37;
 }

@@ -26,9 +26,9 @@
 
 use mc_model::{
     AgentText, AgentWrite, Behavior, CallId, Channel, DropReason, Effect, EffectId, EventId,
-    IdentityId, Input, Membership, Message, MessageContent, MetaKey, Millis, MsgType, NewContent,
-    Outcome, Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo, RequestId,
-    RoomId, SessionId, Timestamp, UserId, VerdictSource,
+    IdentityId, Input, Label, Membership, Message, MessageContent, MetaKey, Millis, MsgType,
+    NewContent, Outcome, Parent, PermissionRequest, Phase, Reaction, Redaction, Relation, ReplyTo,
+    RequestId, RoomId, SessionId, Timestamp, UserId, VerdictSource,
 };
 use mc_model::{Gate, IdentityConfig};
 use stateright::{Model, Property};
@@ -89,6 +89,8 @@ pub enum Text {
     No(Rid),
     /// A message the agent sent (as the identity's own account).
     Agent,
+    /// `bind web`: an approver's room command (the room becomes web's).
+    Bind,
 }
 
 /// What the agent does to a target through identity A's tools.
@@ -363,6 +365,25 @@ pub enum Fault {
     /// The adapter loses what matrix-sdk says of the sending device: every event
     /// reads as sent in a plaintext room.
     LoseDeviceTrust,
+    /// The server reports web's created room as api's room, and api's as web's.
+    SwapCreatedRooms,
+    /// The adapter hands Ann's `yes` typed in api's room as typed in web's.
+    ForgeVerdictRoom,
+    /// The server restarts from a state saved without the bindings.
+    LoseBindingsAtRestart,
+}
+
+/// What the world knows of one label of identity A (`web` of S1, `api` of S2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WBinding {
+    /// No session attached with it yet (every label outside [`Scope::Sessions`]).
+    Unused,
+    /// Its room is being created.
+    Creating,
+    /// Bound to A's room with this index.
+    Room(u8),
+    /// Unbound: its sessions get the rooms bound to no label.
+    Unbound,
 }
 
 impl Fault {
@@ -422,6 +443,10 @@ impl RoomBounds {
     pub fn pinned(scope: Scope) -> Self {
         match scope {
             Scope::Delivery | Scope::Prompts => Self::default(),
+            Scope::Sessions => Self {
+                restarts: 1,
+                ..Self::default()
+            },
             Scope::Rooms => Self {
                 invites: 3,
                 memberships: 2,
@@ -468,6 +493,22 @@ impl Bounds {
                 reconfigs: 2,
                 steps: 5,
             },
+            Scope::Sessions => Self {
+                events: 4,
+                messages: 3,
+                reactions: 0,
+                redactions: 0,
+                edits: 0,
+                requests: 2,
+                failures: 0,
+                acks: 0,
+                toggles: 2,
+                early_ticks: 0,
+                noise: 0,
+                agent: 0,
+                reconfigs: 0,
+                steps: 6,
+            },
             Scope::Rooms => Self {
                 events: 2,
                 messages: 2,
@@ -507,11 +548,22 @@ pub enum Scope {
     /// posts are held until an action completes them. Starts with S1 attached, Ann's
     /// first message in `!r1:a` pushed and S1's request `abcde` being posted.
     Rooms,
+    /// Session rooms (docs/decisions/0026-session-rooms.md): S1 attaches with the
+    /// label `web`, S2 with `api`; the world creates `!web:a` and `!api:a` for them.
+    /// Chat in each room and in `!r1:a`, the same request id from both sessions, a
+    /// `yes` in api's room, Ann's `bind web` in `!r1:a`, and a restart. Starts with
+    /// S1 and S2 attached and their rooms created.
+    Sessions,
 }
 
 impl Scope {
     /// Every scope, in the order the full search checks them.
-    pub const ALL: [Scope; 3] = [Scope::Delivery, Scope::Prompts, Scope::Rooms];
+    pub const ALL: [Scope; 4] = [
+        Scope::Delivery,
+        Scope::Prompts,
+        Scope::Rooms,
+        Scope::Sessions,
+    ];
 
     /// Unique states of the full search of the scope's pinned world
     /// (`World::new(scope)`): `model/tests/state_space.rs` and the bench
@@ -531,6 +583,8 @@ impl Scope {
             Scope::Prompts => 741_043,
             // 80,412 until the briefed first push of each attach (as above).
             Scope::Rooms => 80_620,
+            // New with session rooms (issue 26).
+            Scope::Sessions => 83_979,
         }
     }
 }
@@ -640,8 +694,13 @@ pub struct State {
     /// The operator's settings for A are the second ones: Carl approves, Ann does not.
     pub swapped: bool,
     used_rooms: RoomBounds,
-    /// Identity A's membership of `!r1:a`, `!r2:a` and `!r3:a`, as the world knows it.
-    pub member: [WMember; 3],
+    /// Identity A's membership of `!r1:a`, `!r2:a`, `!r3:a`, `!web:a` and `!api:a`,
+    /// as the world knows it.
+    pub member: [WMember; 5],
+    /// Identity A's labels `web` and `api`, as the world knows them.
+    pub labels: [WBinding; 2],
+    /// The server restarted at least once.
+    pub restarted: bool,
     /// Joins in flight: effect id to A's room, or `None` once A's own membership
     /// event of that room came (the join is then settled, whatever its outcome).
     pub joins: BTreeMap<EffectId, Option<u8>>,
@@ -654,7 +713,7 @@ pub struct State {
     /// attaches again.
     pub resend: BTreeSet<usize>,
     /// Violations seen, one bit per `always` property.
-    pub bad: u32,
+    pub bad: u64,
     /// Good things that happened in the step that led here, one bit per `sometimes`
     /// property that needs history. Cleared every step, so it does not split states.
     pub seen: u64,
@@ -674,6 +733,8 @@ impl Ident {
         match (self, index) {
             (Ident::A, 0) => "!r1:a".into(),
             (Ident::A, 1) => "!r2:a".into(),
+            (Ident::A, 3) => "!web:a".into(),
+            (Ident::A, 4) => "!api:a".into(),
             (Ident::A, _) => "!r3:a".into(),
             (Ident::B, _) => "!rb:b".into(),
         }
@@ -730,6 +791,25 @@ impl Sess {
         }
     }
 
+    /// The label the session attaches with: only in [`Scope::Sessions`].
+    fn label(self, scope: Scope) -> Option<Label> {
+        let text = match (scope, self) {
+            (Scope::Sessions, Sess::S1) => "web",
+            (Scope::Sessions, Sess::S2) => "api",
+            _ => return None,
+        };
+        Some(Label::parse(text).expect("constant label"))
+    }
+
+    /// The index of the session's label in [`State::labels`].
+    fn label_index(self) -> Option<usize> {
+        match self {
+            Sess::S1 => Some(0),
+            Sess::S2 => Some(1),
+            Sess::S3 => None,
+        }
+    }
+
     fn from_id(id: &SessionId) -> Option<Sess> {
         [Sess::S1, Sess::S2, Sess::S3]
             .into_iter()
@@ -759,38 +839,41 @@ impl Key {
 
 /// Bits of [`State::bad`], one per `always` property.
 mod bad {
-    pub const STRANGER_VERDICT: u32 = 1 << 0;
-    pub const NON_APPROVER_VERDICT: u32 = 1 << 1;
-    pub const VERDICT_MISROUTED: u32 = 1 << 2;
-    pub const VERDICT_TWICE: u32 = 1 << 3;
-    pub const PUSH_TWICE: u32 = 1 << 4;
-    pub const VERDICT_PUSHED: u32 = 1 << 5;
-    pub const STRANGER_PUSHED: u32 = 1 << 6;
-    pub const OWN_OR_NOTICE_PUSHED: u32 = 1 << 7;
-    pub const CROSS_IDENTITY: u32 = 1 << 8;
-    pub const WITHDRAWN_COUNTED: u32 = 1 << 9;
-    pub const DENY_LOST: u32 = 1 << 10;
-    pub const EARLY_VERDICT: u32 = 1 << 11;
-    pub const EXPIRED_ANSWERED: u32 = 1 << 12;
-    pub const WRONG_ROOM: u32 = 1 << 13;
-    pub const ACKED_REPLAYED: u32 = 1 << 14;
-    pub const FOREIGN_EDIT: u32 = 1 << 15;
-    pub const REPLAY_ORDER: u32 = 1 << 16;
-    pub const WRONG_RETIREMENT: u32 = 1 << 17;
-    pub const PROMPT_TOUCHED: u32 = 1 << 18;
-    pub const NAMES_OPEN: u32 = 1 << 19;
-    pub const WRONGLY_REFUSED: u32 = 1 << 20;
-    pub const REPLY_ANSWERED: u32 = 1 << 21;
-    pub const HELD_BY_FORMER: u32 = 1 << 22;
-    pub const STRANGER_JOINED: u32 = 1 << 23;
-    pub const INVITE_NOT_JOINED: u32 = 1 << 24;
-    pub const JOINED_TWICE: u32 = 1 << 25;
-    pub const NOT_JOINED_INPUT: u32 = 1 << 26;
-    pub const HISTORY_INPUT: u32 = 1 << 27;
-    pub const POST_NOT_REISSUED: u32 = 1 << 28;
-    pub const VERDICT_NOT_RESENT: u32 = 1 << 29;
-    pub const PUSH_TO_AWAY: u32 = 1 << 30;
-    pub const UNSIGNED_VERDICT: u32 = 1 << 31;
+    pub const STRANGER_VERDICT: u64 = 1 << 0;
+    pub const NON_APPROVER_VERDICT: u64 = 1 << 1;
+    pub const VERDICT_MISROUTED: u64 = 1 << 2;
+    pub const VERDICT_TWICE: u64 = 1 << 3;
+    pub const PUSH_TWICE: u64 = 1 << 4;
+    pub const VERDICT_PUSHED: u64 = 1 << 5;
+    pub const STRANGER_PUSHED: u64 = 1 << 6;
+    pub const OWN_OR_NOTICE_PUSHED: u64 = 1 << 7;
+    pub const CROSS_IDENTITY: u64 = 1 << 8;
+    pub const WITHDRAWN_COUNTED: u64 = 1 << 9;
+    pub const DENY_LOST: u64 = 1 << 10;
+    pub const EARLY_VERDICT: u64 = 1 << 11;
+    pub const EXPIRED_ANSWERED: u64 = 1 << 12;
+    pub const WRONG_ROOM: u64 = 1 << 13;
+    pub const ACKED_REPLAYED: u64 = 1 << 14;
+    pub const FOREIGN_EDIT: u64 = 1 << 15;
+    pub const REPLAY_ORDER: u64 = 1 << 16;
+    pub const WRONG_RETIREMENT: u64 = 1 << 17;
+    pub const PROMPT_TOUCHED: u64 = 1 << 18;
+    pub const NAMES_OPEN: u64 = 1 << 19;
+    pub const WRONGLY_REFUSED: u64 = 1 << 20;
+    pub const REPLY_ANSWERED: u64 = 1 << 21;
+    pub const HELD_BY_FORMER: u64 = 1 << 22;
+    pub const STRANGER_JOINED: u64 = 1 << 23;
+    pub const INVITE_NOT_JOINED: u64 = 1 << 24;
+    pub const JOINED_TWICE: u64 = 1 << 25;
+    pub const NOT_JOINED_INPUT: u64 = 1 << 26;
+    pub const HISTORY_INPUT: u64 = 1 << 27;
+    pub const POST_NOT_REISSUED: u64 = 1 << 28;
+    pub const VERDICT_NOT_RESENT: u64 = 1 << 29;
+    pub const PUSH_TO_AWAY: u64 = 1 << 30;
+    pub const UNSIGNED_VERDICT: u64 = 1 << 31;
+    pub const OUT_OF_ROOM: u64 = 1 << 32;
+    pub const VERDICT_CROSS_ROOM: u64 = 1 << 33;
+    pub const BINDING_LOST: u64 = 1 << 34;
 }
 
 /// Bits of [`State::seen`].
@@ -826,6 +909,9 @@ mod seen {
     pub const VERDICT_RESENT: u64 = 1 << 28;
     pub const BACK_PUSHED: u64 = 1 << 29;
     pub const UNSIGNED_REFUSED: u64 = 1 << 32;
+    pub const VERDICT_IN_SESSION_ROOM: u64 = 1 << 35;
+    pub const BOUND_BY_COMMAND: u64 = 1 << 36;
+    pub const BINDING_KEPT: u64 = 1 << 37;
     /// Not a witness: the step's agent write was refused.
     pub const WRITE_REFUSED: u64 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
@@ -956,6 +1042,7 @@ fn body(text: Text) -> String {
         Text::Yes(rid) => format!("yes {}", rid.id()),
         Text::No(rid) => format!("No {}", rid.id()),
         Text::Agent => "on it".to_owned(),
+        Text::Bind => "bind web".to_owned(),
     }
 }
 
@@ -989,6 +1076,11 @@ impl State {
 
     fn live(&self, sess: Sess) -> bool {
         self.attached.contains(&sess)
+    }
+
+    /// Whether A's room `room` is some label's room, as the world knows it.
+    fn room_bound(&self, room: u8) -> bool {
+        self.labels.contains(&WBinding::Room(room))
     }
 
     /// Whether the world knows `ident` joined its room `room`.
@@ -1067,12 +1159,12 @@ fn say_input(
     s.message_input(routed, who, room, event_id, plain(msgtype, body, None))
 }
 
-/// The core as a server loads it from a state saved without the history memory
-/// (`IdentityState::history` is `#[serde(default)]`).
-fn without_history(channel: &Channel) -> Option<Channel> {
+/// The core as a server loads it from a state saved without one of each identity's
+/// `#[serde(default)]` fields (`history`, `bindings`).
+fn without(channel: &Channel, field: &str) -> Option<Channel> {
     let mut json = serde_json::to_value(channel).ok()?;
     for state in json.get_mut("identities")?.as_object_mut()?.values_mut() {
-        state.as_object_mut()?.remove("history");
+        state.as_object_mut()?.remove(field);
     }
     serde_json::from_value(json).ok()
 }
@@ -1159,7 +1251,15 @@ impl Model for World {
             push_failure_armed: false,
             swapped: false,
             used_rooms: RoomBounds::default(),
-            member: [WMember::Joined, WMember::Joined, WMember::Out],
+            member: [
+                WMember::Joined,
+                WMember::Joined,
+                WMember::Out,
+                WMember::Out,
+                WMember::Out,
+            ],
+            labels: [WBinding::Unused; 2],
+            restarted: false,
             joins: BTreeMap::new(),
             posts: BTreeMap::new(),
             away: BTreeSet::new(),
@@ -1208,6 +1308,17 @@ impl Model for World {
                 events: 0,
                 messages: 0,
                 requests: 0,
+                toggles: 0,
+                steps: 0,
+                ..state.used
+            };
+        }
+        if self.scope == Scope::Sessions {
+            for action in [Action::Attach(Sess::S1), Action::Attach(Sess::S2)] {
+                // The prelude's actions are always enabled in the first states.
+                state = self.next_state(&state, action).expect("prelude");
+            }
+            state.used = Bounds {
                 toggles: 0,
                 steps: 0,
                 ..state.used
@@ -1317,7 +1428,7 @@ impl Model for World {
         if u.toggles < b.toggles {
             let sessions: &[Sess] = match self.scope {
                 Scope::Rooms => &[Sess::S1],
-                Scope::Delivery | Scope::Prompts => &[Sess::S1, Sess::S2],
+                Scope::Delivery | Scope::Prompts | Scope::Sessions => &[Sess::S1, Sess::S2],
             };
             for &sess in sessions {
                 actions.push(if s.live(sess) {
@@ -1334,7 +1445,12 @@ impl Model for World {
                 (Sess::S2, Rid::R1),
                 (Sess::S3, Rid::R1),
             ] {
-                if s.live(sess) && (self.scope != Scope::Rooms || sess == Sess::S1) {
+                let in_scope = match self.scope {
+                    Scope::Rooms => sess == Sess::S1,
+                    Scope::Sessions => rid == Rid::R1 && sess != Sess::S3,
+                    Scope::Delivery | Scope::Prompts => true,
+                };
+                if s.live(sess) && in_scope {
                     actions.push(Action::Request(sess, rid));
                 }
             }
@@ -1357,6 +1473,13 @@ impl Model for World {
                     (Ident::A, Who::Ann, 2, Text::Chat),
                     (Ident::A, Who::Ann, 0, Text::Yes(Rid::R1)),
                 ],
+                Scope::Sessions => &[
+                    (Ident::A, Who::Ann, 3, Text::Chat),
+                    (Ident::A, Who::Ann, 4, Text::Chat),
+                    (Ident::A, Who::Ann, 0, Text::Chat),
+                    (Ident::A, Who::Ann, 4, Text::Yes(Rid::R1)),
+                    (Ident::A, Who::Ann, 0, Text::Bind),
+                ],
             };
             for &(ident, who, room, text) in says {
                 actions.push(Action::Say {
@@ -1366,7 +1489,7 @@ impl Model for World {
                     text,
                 });
             }
-            if self.scope != Scope::Rooms {
+            if matches!(self.scope, Scope::Delivery | Scope::Prompts) {
                 for prompt in 0..s.prompts.len() {
                     actions.push(Action::ReplyYes { prompt });
                 }
@@ -1486,12 +1609,18 @@ impl Model for World {
                 if s.away.remove(&sess) {
                     step.back = Some(sess);
                 }
+                let label = sess.label(self.scope);
+                if let (Some(_), Some(index)) = (&label, sess.label_index()) {
+                    if s.labels[index] == WBinding::Unused {
+                        s.labels[index] = WBinding::Creating;
+                    }
+                }
                 inputs.push_back((
                     Some(sess.ident()),
                     Input::Attach {
                         identity: sess.ident().id(),
                         session: sess.id(),
-                        label: None,
+                        label,
                     },
                 ));
             }
@@ -1507,6 +1636,7 @@ impl Model for World {
                 ));
             }
             Action::Request(sess, rid) => {
+                step.asker = Some(sess);
                 s.used.requests += 1;
                 s.used.events += 1;
                 let request = PermissionRequest {
@@ -1545,14 +1675,30 @@ impl Model for World {
                     input,
                     again: false,
                 });
+                let allowed = matches!(self.gate(&s, ident, who), Gate::Allowed | Gate::Approver);
                 if ident == Ident::A
                     && input
-                    && matches!(self.gate(&s, ident, who), Gate::Allowed | Gate::Approver)
+                    && allowed
                     && text != Text::Notice
+                    && !s.room_bound(room)
                 {
                     s.last_allowed_room = Some(ident.room(room));
                 }
-                let input = say_input(self, &s, ident, who, room, text, event_id);
+                if ident == Ident::A && input && text == Text::Bind && who == Who::Ann {
+                    // Ann's `bind web`: the room is web's, taken from the label it had.
+                    for binding in s.labels.iter_mut() {
+                        if *binding == WBinding::Room(room) {
+                            *binding = WBinding::Unbound;
+                        }
+                    }
+                    s.labels[0] = WBinding::Room(room);
+                }
+                let mut input = say_input(self, &s, ident, who, room, text, event_id);
+                if let (true, Text::Yes(_), 4, Input::Message { message, .. }) =
+                    (self.has(Fault::ForgeVerdictRoom), text, room, &mut input)
+                {
+                    message.room = ident.room(3);
+                }
                 inputs.push_back((Some(ident), input));
             }
             Action::ReplyYes { prompt } => {
@@ -1932,8 +2078,12 @@ impl Model for World {
                 s.away.extend(std::mem::take(&mut s.attached));
                 s.resend.extend(std::mem::take(&mut s.held).into_values());
                 s.joins.clear();
+                s.restarted = true;
                 if self.has(Fault::ForgetHistoryAtRestart) {
-                    s.channel = without_history(&s.channel)?;
+                    s.channel = without(&s.channel, "history")?;
+                }
+                if self.has(Fault::LoseBindingsAtRestart) {
+                    s.channel = without(&s.channel, "bindings")?;
                 }
                 let posts: BTreeSet<EffectId> = s.posts.keys().copied().collect();
                 if self.has(Fault::FailPostsAtRestart) {
@@ -2230,6 +2380,7 @@ fn monitor(
                 }
                 if let (Some(event_id), true) = (&event_id, arrived) {
                     check_pushed_event(world, s, sess, event_id);
+                    check_session_room(world, s, sess, event_id);
                     if replayed {
                         replayed_count += 1;
                         s.seen |= seen::REPLAYED;
@@ -2280,9 +2431,19 @@ fn monitor(
                     }
                     continue;
                 }
-                let expected = match ident {
-                    Ident::A => s.last_allowed_room.clone(),
-                    Ident::B => Some(Ident::B.room(0)),
+                let label = step
+                    .asker
+                    .filter(|_| world.scope == Scope::Sessions)
+                    .and_then(Sess::label_index);
+                let expected = match (ident, label.map(|index| s.labels[index])) {
+                    (Ident::A, Some(WBinding::Room(r))) => Some(Ident::A.room(r)),
+                    (Ident::A, Some(WBinding::Creating | WBinding::Unused)) => None,
+                    (Ident::A, Some(WBinding::Unbound) | None) => {
+                        s.last_allowed_room.clone().filter(|room| {
+                            !(3..5).any(|r| Ident::A.room(r) == *room && s.room_bound(r))
+                        })
+                    }
+                    (Ident::B, _) => Some(Ident::B.room(0)),
                 };
                 if Some(&room) != expected.as_ref() {
                     s.bad |= bad::WRONG_ROOM;
@@ -2354,6 +2515,9 @@ fn monitor(
                 at,
             } => {
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
+                if world.scope == Scope::Sessions {
+                    check_verdict_room(s, &session, &request_id, &decision);
+                }
             }
             Effect::EditPrompt { event_id, text, .. } => {
                 // The message now shows an outcome: its request is no longer open.
@@ -2404,10 +2568,32 @@ fn monitor(
                 }
                 _ => {}
             },
+            Effect::CreateRoom { id, label, .. } => {
+                let index = usize::from(label.as_str() == "api");
+                // A label the world saw bound is bound still (it left no room).
+                if matches!(s.labels[index], WBinding::Room(_) | WBinding::Unbound) {
+                    s.bad |= bad::BINDING_LOST;
+                }
+                let own = 3 + index as u8;
+                s.labels[index] = WBinding::Room(own);
+                s.member[usize::from(own)] = WMember::Joined;
+                let given = if world.has(Fault::SwapCreatedRooms) {
+                    7 - own
+                } else {
+                    own
+                };
+                let room = Ident::A.room(given);
+                inputs.push_back((
+                    None,
+                    Input::Completed {
+                        id,
+                        outcome: Outcome::Created { room },
+                    },
+                ));
+            }
             Effect::Notice { .. }
             | Effect::LogMessage { .. }
             | Effect::Acknowledged { .. }
-            | Effect::CreateRoom { .. }
             | Effect::Bound { .. } => {}
             // Held until an action completes it.
             Effect::JoinRoom { id, room, .. } => {
@@ -2457,7 +2643,7 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
 
 /// The violation of a message of a room the identity had not joined when it first
 /// arrived, taken as input: on its first delivery, or delivered again after the join.
-fn history_bit(m: &WMessage) -> u32 {
+fn history_bit(m: &WMessage) -> u64 {
     if m.again {
         bad::HISTORY_INPUT
     } else {
@@ -2468,6 +2654,8 @@ fn history_bit(m: &WMessage) -> u32 {
 /// What one step did that the checks after it need.
 #[derive(Default)]
 struct Step {
+    /// The session whose permission request the step sent.
+    asker: Option<Sess>,
     /// `JoinRoom` effects.
     joins: u8,
     /// The step's invite: by whom, and whether A was then joined or joining.
@@ -2596,7 +2784,8 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
             s.bad |= history_bit(m);
         }
         match m.text {
-            Text::Yes(_) | Text::No(_) => s.bad |= bad::VERDICT_PUSHED,
+            // A verdict or an approver's room command is never chat.
+            Text::Yes(_) | Text::No(_) | Text::Bind => s.bad |= bad::VERDICT_PUSHED,
             Text::Notice => s.bad |= bad::OWN_OR_NOTICE_PUSHED,
             Text::Chat | Text::Agent => {}
         }
@@ -2615,6 +2804,67 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
         if world.gate(s, Ident::A, r.who) == Gate::Stranger {
             s.bad |= bad::STRANGER_PUSHED;
         }
+    }
+}
+
+/// In [`Scope::Sessions`]: a message of A's is pushed only to the sessions of its
+/// room as the world knows it (a labelled session: its label's room; a session of
+/// an unbound label: the rooms bound to no label).
+fn check_session_room(world: &World, s: &mut State, sess: Sess, event_id: &EventId) {
+    if world.scope != Scope::Sessions || sess.ident() != Ident::A {
+        return;
+    }
+    let Some(m) = s.messages.iter().find(|m| m.event_id == *event_id) else {
+        return;
+    };
+    let room = m.room;
+    let binding = sess.label_index().map(|index| s.labels[index]);
+    let ok = match binding {
+        Some(WBinding::Room(r)) => r == room,
+        Some(WBinding::Creating | WBinding::Unused) => false,
+        Some(WBinding::Unbound) | None => !s.room_bound(room),
+    };
+    if !ok {
+        s.bad |= bad::OUT_OF_ROOM;
+    } else if matches!(binding, Some(WBinding::Room(_))) {
+        if room == 0 {
+            s.seen |= seen::BOUND_BY_COMMAND;
+        }
+        if s.restarted {
+            s.seen |= seen::BINDING_KEPT;
+        }
+    }
+}
+
+/// In [`Scope::Sessions`]: a text verdict answers only a prompt posted in the room
+/// it was typed in.
+fn check_verdict_room(
+    s: &mut State,
+    session: &SessionId,
+    request_id: &RequestId,
+    decision: &mc_model::Decision,
+) {
+    let VerdictSource::Text { event_id } = &decision.via else {
+        return;
+    };
+    let Some(typed) = s
+        .messages
+        .iter()
+        .find(|m| m.event_id == *event_id)
+        .map(|m| m.room)
+    else {
+        return;
+    };
+    let prompt_room = s
+        .prompts
+        .iter()
+        .rev()
+        .find(|p| p.session.id() == *session && p.rid.id() == *request_id)
+        .map(|p| p.room.clone());
+    if prompt_room != Some(Ident::A.room(typed)) {
+        s.bad |= bad::VERDICT_CROSS_ROOM;
+    } else if (3..5).contains(&typed) {
+        s.seen |= seen::VERDICT_IN_SESSION_ROOM;
     }
 }
 
@@ -2950,7 +3200,7 @@ const SHARED: [&str; 6] = [
 /// `sometimes` property.
 pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
     let shared: &[&str] = match scope {
-        Scope::Rooms => &[],
+        Scope::Rooms | Scope::Sessions => &[],
         Scope::Delivery | Scope::Prompts => &SHARED,
     };
     let own: &[&str] = match scope {
@@ -2997,6 +3247,23 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a prompt post in flight at a restart is issued again",
             "a verdict in flight at a restart is sent again",
             "a session live before a restart gets what waited when it attaches again",
+        ],
+        Scope::Sessions => &[
+            "an allowed sender's message is pushed",
+            "an event is replayed",
+            "two events are replayed at once",
+            "an event waits in the queue",
+            "an approver's verdict reaches the session that asked",
+            "a verdict is taken by text",
+            "a verdict reaches the second session",
+            "a request id is answered after it was issued again",
+            "a verdict send completes after its prompt was re-issued",
+            "a prompt expires",
+            "a verdict in flight at a restart is sent again",
+            "a session live before a restart gets what waited when it attaches again",
+            "a verdict typed in a session's room answers its prompt",
+            "a room an approver bound reaches its label's session",
+            "a label's room reaches its session after a restart",
         ],
     };
     shared.iter().chain(own).copied().collect()
@@ -3050,6 +3317,12 @@ pub mod names {
         "a verdict in flight at a restart is sent again when its session attaches";
     pub const PUSH_TO_AWAY: &str =
         "no push goes to a session that was live before a restart until it attaches again";
+    pub const OUT_OF_ROOM: &str =
+        "an event reaches only the sessions of its room: a label's room its label's sessions, \
+         a room bound to no label the sessions without one";
+    pub const VERDICT_CROSS_ROOM: &str =
+        "a verdict typed in a room answers only a prompt posted in that room";
+    pub const BINDING_LOST: &str = "a label's room survives a restart: it is never created twice";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -3237,6 +3510,21 @@ fn properties() -> Vec<Property<World>> {
         witness!(
             "a session live before a restart gets what waited when it attaches again",
             seen::BACK_PUSHED
+        ),
+        never!(OUT_OF_ROOM, bad::OUT_OF_ROOM),
+        never!(VERDICT_CROSS_ROOM, bad::VERDICT_CROSS_ROOM),
+        witness!(
+            "a verdict typed in a session's room answers its prompt",
+            seen::VERDICT_IN_SESSION_ROOM
+        ),
+        witness!(
+            "a room an approver bound reaches its label's session",
+            seen::BOUND_BY_COMMAND
+        ),
+        never!(BINDING_LOST, bad::BINDING_LOST),
+        witness!(
+            "a label's room reaches its session after a restart",
+            seen::BINDING_KEPT
         ),
     ]
 }
