@@ -603,6 +603,7 @@ impl Recorder {
                 )),
                 Effect::EditPrompt { .. }
                 | Effect::Bound { .. }
+                | Effect::Typing { .. }
                 | Effect::Notice { .. }
                 | Effect::Decided { .. }
                 | Effect::WriteRefused { .. }

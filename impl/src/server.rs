@@ -149,6 +149,41 @@ impl Wire for LiveWire {
             .map_err(|e| e.to_string())
     }
 
+    async fn typing(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        typing: bool,
+    ) -> Result<(), String> {
+        use matrix_sdk::ruma::api::client::typing::create_typing_event::v3::{
+            Request, Typing, TypingInfo,
+        };
+        let identity = self
+            .identities
+            .get(identity.as_str())
+            .ok_or_else(|| format!("unknown identity {identity}"))?;
+        let id = OwnedRoomId::try_from(room.as_str()).map_err(|e| format!("room {room}: {e}"))?;
+        let user = identity
+            .client
+            .user_id()
+            .ok_or("the identity is not logged in")?
+            .to_owned();
+        // The raw request: matrix-sdk's `Room::typing_notice` fixes a 4 s timeout.
+        let typing = if typing {
+            Typing::Yes(TypingInfo::new(std::time::Duration::from_millis(
+                mc_model::TYPING_TIMEOUT_MS,
+            )))
+        } else {
+            Typing::No
+        };
+        identity
+            .client
+            .send(Request::new(user, id, typing))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError> {
         let identity = self
             .identities

@@ -89,6 +89,12 @@ pub struct IdentityConfig {
     /// comes before, silently. 0 pushes at once.
     #[serde(default = "default_attach_grace_ms")]
     pub attach_grace_ms: Millis,
+    /// How long the identity shows `m.typing` in a session's room after a push of
+    /// that room's event reached the session, at most, in milliseconds: typing stops
+    /// earlier when the agent sends a message or an edit there or its sessions
+    /// detach. 0 never shows typing (docs/decisions/0026-session-rooms.md).
+    #[serde(default = "default_typing_cap_ms")]
+    pub typing_cap_ms: Millis,
 }
 
 /// Which devices an approver's verdict may come from: the rule is read from the
@@ -140,6 +146,13 @@ pub const DEFAULT_UNDECRYPTABLE_GRACE_MS: Millis = 30_000;
 /// 53 ms Claude Code 2.1.332 took on an idle machine to register its channel handler
 /// after its GET stream opened (`tests/e2e/scenarios/claude_code.rs`, scenario d).
 pub const DEFAULT_ATTACH_GRACE_MS: Millis = 1_000;
+
+/// The default of [`IdentityConfig::typing_cap_ms`]: 10 minutes, a long agent turn.
+pub const DEFAULT_TYPING_CAP_MS: Millis = 600_000;
+
+fn default_typing_cap_ms() -> Millis {
+    DEFAULT_TYPING_CAP_MS
+}
 
 fn default_attach_grace_ms() -> Millis {
     DEFAULT_ATTACH_GRACE_MS
@@ -200,6 +213,7 @@ impl IdentityConfig {
             undecryptable_notice: false,
             verdict_devices: VerdictDevices::default(),
             attach_grace_ms: DEFAULT_ATTACH_GRACE_MS,
+            typing_cap_ms: DEFAULT_TYPING_CAP_MS,
         }
     }
 

@@ -79,6 +79,15 @@ pub enum Effect {
         name: String,
         invite: Vec<UserId>,
     },
+    /// Show (`typing: true`) or stop showing the identity as typing in `room`
+    /// (Client-Server API, `PUT /rooms/{roomId}/typing/{userId}`), with a `timeout`
+    /// of [`crate::TYPING_TIMEOUT_MS`]: the core sends it again before that runs
+    /// out while the session works. Fire and forget.
+    Typing {
+        identity: IdentityId,
+        room: RoomId,
+        typing: bool,
+    },
     /// `label` was bound to `room`, or unbound with `None` ([`crate::Input::Bind`],
     /// an approver's `bind`/`unbind`, a room created for it). An audit record;
     /// nothing to execute.

@@ -244,6 +244,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_label_is_one_to_sixty_four_characters_of_letters_digits_dot_underscore_and_dash() {
+        let longest = "a".repeat(Label::MAX_CHARS);
+        for ok in [
+            "w",
+            "web-app",
+            "Web_App.2",
+            "5f0c2d9e-7a41-4c1b-9e0e-2b6d1f3a8c77",
+            &longest,
+        ] {
+            assert_eq!(
+                Label::parse(ok).map(|l| l.as_str().to_owned()),
+                Ok(ok.to_owned())
+            );
+        }
+        assert_eq!(Label::parse(""), Err(LabelError::Empty));
+        let long = "a".repeat(Label::MAX_CHARS + 1);
+        assert_eq!(
+            Label::parse(&long),
+            Err(LabelError::TooLong {
+                chars: Label::MAX_CHARS + 1
+            })
+        );
+        for (bad, c) in [("my app", ' '), ("a/b", '/'), ("é", 'é'), ("x${HOME}", '$')] {
+            assert_eq!(Label::parse(bad), Err(LabelError::Character(c)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_label_error_says_what_is_wrong() {
+        assert_eq!(LabelError::Empty.to_string(), "a room label is empty");
+        assert_eq!(
+            LabelError::TooLong { chars: 65 }.to_string(),
+            "a room label has 65 characters, more than 64"
+        );
+        assert_eq!(
+            LabelError::Character('/').to_string(),
+            "a room label has the character '/'; only A-Z a-z 0-9 . _ - are allowed"
+        );
+    }
+
+    #[test]
+    fn a_label_reads_back_from_json_only_when_valid() {
+        let label: Label = serde_json::from_str("\"web\"").expect("a valid label");
+        assert_eq!(label.to_string(), "web");
+        assert_eq!(serde_json::to_string(&label).unwrap(), "\"web\"");
+        assert!(serde_json::from_str::<Label>("\"a b\"").is_err());
+    }
+
+    #[test]
     fn an_instant_plus_a_duration_is_the_later_instant_and_saturates_at_the_end() {
         let t = Timestamp(1_000);
         assert_eq!(t.saturating_add(250), Timestamp(1_250));

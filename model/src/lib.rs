@@ -55,7 +55,8 @@ pub use crate::config::{
 };
 pub use crate::core::{
     Binding, Channel, IdentityState, JoinState, LogEntry, Parked, Phase, Prompt, Queued, Record,
-    SessionPhase, Vote, HISTORY_MEMORY, UNDECRYPTABLE_MEMORY,
+    SessionPhase, Typing, Vote, HISTORY_MEMORY, TYPING_REFRESH_MS, TYPING_TIMEOUT_MS,
+    UNDECRYPTABLE_MEMORY,
 };
 pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,

@@ -112,7 +112,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 /// The last column is the counterexample's last action as the world prints it
 /// (`Debug`): the step at which the fault shows, so a search that finds some other
 /// path to the property fails.
-const FAULTS: [(&str, Fault, Scope, &str); 38] = [
+const FAULTS: [(&str, Fault, Scope, &str); 39] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -341,6 +341,12 @@ const FAULTS: [(&str, Fault, Scope, &str); 38] = [
         Scope::Sessions,
         "Attach(S2)",
     ),
+    (
+        names::TYPING_PAST_CAP,
+        Fault::LongTypingCap,
+        Scope::Sessions,
+        "Tick",
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope, last_action: &str) {
@@ -417,4 +423,5 @@ fault_tests! {
     rooms_reported_for_the_wrong_label_send_one_sessions_events_to_another => 35;
     a_verdict_handed_over_in_the_wrong_room_answers_another_sessions_prompt => 36;
     a_state_saved_without_its_bindings_creates_a_labels_room_again => 37;
+    a_doubled_typing_cap_shows_typing_past_the_cap => 38;
 }

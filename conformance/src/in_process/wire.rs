@@ -124,6 +124,12 @@ impl Wire for MemWire {
         Ok(())
     }
 
+    async fn typing(&self, _: &IdentityId, _: &RoomId, _: bool) -> Result<(), String> {
+        // Typing shows in no room of the world: the world attaches no labelled
+        // session, so the model shows none.
+        Ok(())
+    }
+
     async fn post_prompt(
         &self,
         identity: &IdentityId,

@@ -275,7 +275,7 @@ impl World {
                     reason: "creating rooms is not built yet".to_owned(),
                 },
             }),
-            Effect::Bound { .. } => None,
+            Effect::Bound { .. } | Effect::Typing { .. } => None,
             Effect::JoinRoom { id, identity, room } => {
                 let ident = ident_of(&identity);
                 self.expected.push(Observation::Joined {

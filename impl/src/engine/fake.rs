@@ -122,6 +122,18 @@ impl Wire for FakeWire {
             .push(format!("log {session} {message}"));
         Ok(())
     }
+    async fn typing(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        typing: bool,
+    ) -> Result<(), String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("typing {identity} {room} {typing}"));
+        Ok(())
+    }
     async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String> {
         self.calls
             .lock()

@@ -84,6 +84,14 @@ pub trait Wire: Send + Sync + 'static {
     ) -> Result<(), String>;
     /// Joins `room` as the identity (the model judged the invite).
     async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String>;
+    /// Shows the identity typing in `room` for [`mc_model::TYPING_TIMEOUT_MS`], or
+    /// stops showing it (`PUT /rooms/{roomId}/typing/{userId}`).
+    async fn typing(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        typing: bool,
+    ) -> Result<(), String>;
     /// Performs an agent's write that the model let through, exactly as given.
     async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError>;
     /// Sends an MCP logging message (`notifications/message`, level `warning`) to

@@ -316,6 +316,23 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             } => {
                 tracing::info!(%identity, %label, room = ?room, "label bound");
             }
+            Effect::Typing {
+                identity,
+                room,
+                typing,
+            } => {
+                let wire = self.wire.clone();
+                let (who, at) = (identity.clone(), room.clone());
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        if let Err(e) = wire.typing(&identity, &room, typing).await {
+                            tracing::warn!(%identity, %room, typing, "a typing notice failed: {e}");
+                        }
+                    }),
+                );
+            }
             Effect::WriteRefused {
                 identity,
                 call,

@@ -122,6 +122,9 @@ impl crate::engine::Wire for NoWire {
     ) -> Result<mc_model::EventId, String> {
         Err("no wire".into())
     }
+    async fn typing(&self, _: &IdentityId, _: &mc_model::RoomId, _: bool) -> Result<(), String> {
+        Err("no wire".into())
+    }
     async fn edit_prompt(
         &self,
         _: &IdentityId,

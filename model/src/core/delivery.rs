@@ -120,6 +120,17 @@ impl IdentityState {
         }
     }
 
+    /// The room of a logged pushed event.
+    pub(super) fn room_of_event(&self, event_id: &EventId) -> Option<RoomId> {
+        match self.log.get(event_id) {
+            Some(LogEntry {
+                record: Record::Pushed { room, .. },
+                ..
+            }) => room.clone(),
+            _ => None,
+        }
+    }
+
     pub(super) fn record_delivery(&mut self, event_id: &EventId, session: &SessionId) {
         if let Some(LogEntry {
             record: Record::Pushed { delivered, .. },

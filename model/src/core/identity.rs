@@ -7,6 +7,7 @@ use super::delivery::{LogEntry, Queued};
 use super::prompts::Prompt;
 use super::rooms::JoinState;
 use super::sessions::SessionPhase;
+use super::typing::Typing;
 use super::undecryptable::Parked;
 use crate::config::IdentityConfig;
 use crate::ids::{EventId, Label, RoomId, SessionId};
@@ -67,6 +68,9 @@ pub struct IdentityState {
     /// to the rooms bound to no label.
     #[serde(default)]
     pub(super) labels: BTreeMap<SessionId, Label>,
+    /// The rooms the identity shows typing in (see [`super::typing`]).
+    #[serde(default)]
+    pub(super) typing: BTreeMap<RoomId, Typing>,
 }
 
 impl IdentityState {
@@ -92,6 +96,7 @@ impl IdentityState {
             unbriefed: BTreeSet::new(),
             bindings: BTreeMap::new(),
             labels: BTreeMap::new(),
+            typing: BTreeMap::new(),
         }
     }
 

@@ -17,6 +17,7 @@
 //! | [`writes`] | the agent's writes judged by the rules of [`crate::agent`], across identities |
 //! | [`prompts`] | permission requests: the prompt's room, posting, eviction, expiry, retired prompts |
 //! | [`verdicts`] | text verdicts, votes and their settle window, the decision, the verdict's delivery |
+//! | [`typing`] | `m.typing` in a session's room while it works on what it was sent |
 //! | [`timers`] | what fires when time passes: settle windows, expiry, undecryptable grace, attach grace |
 
 mod bindings;
@@ -27,6 +28,7 @@ mod prompts;
 mod rooms;
 mod sessions;
 mod timers;
+mod typing;
 mod undecryptable;
 mod verdicts;
 mod writes;
@@ -37,6 +39,7 @@ pub use identity::IdentityState;
 pub use prompts::{Phase, Prompt};
 pub use rooms::{JoinState, HISTORY_MEMORY};
 pub use sessions::SessionPhase;
+pub use typing::{Typing, TYPING_REFRESH_MS, TYPING_TIMEOUT_MS};
 pub use undecryptable::{Parked, UNDECRYPTABLE_MEMORY};
 pub use verdicts::Vote;
 
@@ -200,8 +203,8 @@ impl Channel {
     }
 
     /// The earliest instant at which a timer fires (a settle window ends, a prompt
-    /// expires, an undecryptable event's grace period ends, or a session's attach
-    /// grace), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
+    /// expires, an undecryptable event's grace period ends, a session's attach
+    /// grace, or a typing notice is due or stops at its cap), if any. The server calls [`Channel::handle`] with [`Input::Tick`]
     /// then (or earlier).
     pub fn next_deadline(&self) -> Option<Timestamp> {
         let prompts = self
@@ -225,7 +228,11 @@ impl Channel {
                 SessionPhase::Attaching { until } => Some(*until),
                 SessionPhase::Live | SessionPhase::Detached => None,
             });
-        prompts.chain(parked).chain(attaching).min()
+        let typing = self
+            .identities
+            .values()
+            .filter_map(IdentityState::typing_deadline);
+        prompts.chain(parked).chain(attaching).chain(typing).min()
     }
 
     /// Handles one input at `now` (milliseconds; a `now` earlier than one already seen
@@ -441,6 +448,8 @@ impl Channel {
                 if matches!(outcome, Outcome::Failed { .. }) {
                     state.lost_stream(&session, generation, &mut out);
                     state.push_failed(&session, event_id, seq, notification, &mut out);
+                } else if let Some(room) = event_id.as_ref().and_then(|e| state.room_of_event(e)) {
+                    state.push_arrived(&session, &room, &mut out);
                 }
             }
             InFlight::Post {

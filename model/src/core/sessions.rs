@@ -68,6 +68,7 @@ impl IdentityState {
             *state = SessionPhase::Detached;
         }
         self.unbriefed.remove(session);
+        self.stop_typing_unattended(out);
         for held in self.held.remove(session).unwrap_or_default() {
             self.push_failed(
                 session,

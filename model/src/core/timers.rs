@@ -26,5 +26,6 @@ impl IdentityState {
         }
         self.fire_undecryptable(out);
         self.fire_attach_graces(out);
+        self.fire_typing(out);
     }
 }

@@ -33,6 +33,10 @@ impl IdentityState {
                 reason,
             }),
             Ok(()) => {
+                // The agent answers in the room: it no longer shows typing there.
+                if let AgentWrite::Message { room, .. } | AgentWrite::Edit { room, .. } = &write {
+                    self.stop_typing(room, out);
+                }
                 let id = out.id();
                 out.in_flight.insert(
                     id,

@@ -38,6 +38,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const TTL: Millis = 10_000;
 /// Settle window in the world, ms.
 pub const SETTLE: Millis = 3_000;
+/// Typing cap of the world's identities, ms: past one refresh (25 s).
+pub const TYPING_CAP: Millis = 30_000;
 /// Prompt cap per identity in the world.
 pub const CAP: usize = 2;
 /// The world's clock at the start, ms.
@@ -371,6 +373,8 @@ pub enum Fault {
     ForgeVerdictRoom,
     /// The server restarts from a state saved without the bindings.
     LoseBindingsAtRestart,
+    /// The operator's typing cap is doubled.
+    LongTypingCap,
 }
 
 /// What the world knows of one label of identity A (`web` of S1, `api` of S2).
@@ -584,7 +588,7 @@ impl Scope {
             // 80,412 until the briefed first push of each attach (as above).
             Scope::Rooms => 80_620,
             // New with session rooms (issue 26).
-            Scope::Sessions => 83_979,
+            Scope::Sessions => 119_163,
         }
     }
 }
@@ -701,6 +705,10 @@ pub struct State {
     pub labels: [WBinding; 2],
     /// The server restarted at least once.
     pub restarted: bool,
+    /// Rooms A shows typing in, as the typing notices said.
+    pub typing: BTreeSet<RoomId>,
+    /// When a push of a label room's event last reached a session of that room.
+    pub worked_on: BTreeMap<RoomId, Timestamp>,
     /// Joins in flight: effect id to A's room, or `None` once A's own membership
     /// event of that room came (the join is then settled, whatever its outcome).
     pub joins: BTreeMap<EffectId, Option<u8>>,
@@ -874,6 +882,7 @@ mod bad {
     pub const OUT_OF_ROOM: u64 = 1 << 32;
     pub const VERDICT_CROSS_ROOM: u64 = 1 << 33;
     pub const BINDING_LOST: u64 = 1 << 34;
+    pub const TYPING_PAST_CAP: u64 = 1 << 35;
 }
 
 /// Bits of [`State::seen`].
@@ -912,6 +921,7 @@ mod seen {
     pub const VERDICT_IN_SESSION_ROOM: u64 = 1 << 35;
     pub const BOUND_BY_COMMAND: u64 = 1 << 36;
     pub const BINDING_KEPT: u64 = 1 << 37;
+    pub const TYPING_STOPPED: u64 = 1 << 38;
     /// Not a witness: the step's agent write was refused.
     pub const WRITE_REFUSED: u64 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
@@ -976,6 +986,7 @@ impl World {
         config.prompt_ttl_ms = TTL;
         config.settle_ms = SETTLE;
         config.max_prompts = CAP;
+        config.typing_cap_ms = TYPING_CAP;
         // A session is live the instant it attaches: a grace would spend one of the
         // few steps of each run on a tick. The grace is covered by the scenarios
         // (`scenarios/attach_grace.rs`) and the adversarial sequences.
@@ -998,6 +1009,7 @@ impl World {
             Some(Fault::CarlApprover) => {
                 approvers.insert(carl);
             }
+            Some(Fault::LongTypingCap) => config.typing_cap_ms = 2 * TYPING_CAP,
             Some(Fault::CapThree) => config.max_prompts = CAP + 1,
             Some(Fault::ShortSettle) => config.settle_ms = 1,
             Some(Fault::LongTtl) => config.prompt_ttl_ms = TTL * 2,
@@ -1260,6 +1272,8 @@ impl Model for World {
             ],
             labels: [WBinding::Unused; 2],
             restarted: false,
+            typing: BTreeSet::new(),
+            worked_on: BTreeMap::new(),
             joins: BTreeMap::new(),
             posts: BTreeMap::new(),
             away: BTreeSet::new(),
@@ -2141,6 +2155,15 @@ impl Model for World {
             );
         }
         check_rooms(self, &action, &step, &mut s);
+        // Typing shown past its cap: the core's timer should have stopped it.
+        let past_cap = s.typing.iter().any(|room| {
+            s.worked_on
+                .get(room)
+                .is_none_or(|since| since.saturating_add(TYPING_CAP) <= s.now)
+        });
+        if past_cap {
+            s.bad |= bad::TYPING_PAST_CAP;
+        }
         if agent_refused(&action, &s) && s.channel == last.channel {
             // A refused write changed nothing in Matrix or the core: it leaves no
             // trace but what the monitor found, and what follows it is what follows
@@ -2591,6 +2614,23 @@ fn monitor(
                     },
                 ));
             }
+            Effect::Typing { room, typing, .. } => {
+                let on = s.typing.contains(&room);
+                match (typing, on) {
+                    (true, false) => {
+                        let since = s.worked_on.get(&room).copied();
+                        if since.is_none_or(|since| since.saturating_add(TYPING_CAP) <= s.now) {
+                            s.bad |= bad::TYPING_PAST_CAP;
+                        }
+                        s.typing.insert(room);
+                    }
+                    (false, true) => {
+                        s.typing.remove(&room);
+                        s.seen |= seen::TYPING_STOPPED;
+                    }
+                    _ => {}
+                }
+            }
             Effect::Notice { .. }
             | Effect::LogMessage { .. }
             | Effect::Acknowledged { .. }
@@ -2632,6 +2672,7 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::JoinRoom { identity, .. }
         | Effect::CreateRoom { identity, .. }
         | Effect::Bound { identity, .. }
+        | Effect::Typing { identity, .. }
         | Effect::Write { identity, .. }
         | Effect::WriteRefused { identity, .. }
         | Effect::LogMessage { identity, .. }
@@ -2827,6 +2868,7 @@ fn check_session_room(world: &World, s: &mut State, sess: Sess, event_id: &Event
     if !ok {
         s.bad |= bad::OUT_OF_ROOM;
     } else if matches!(binding, Some(WBinding::Room(_))) {
+        s.worked_on.insert(Ident::A.room(room), s.now);
         if room == 0 {
             s.seen |= seen::BOUND_BY_COMMAND;
         }
@@ -3264,6 +3306,7 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a verdict typed in a session's room answers its prompt",
             "a room an approver bound reaches its label's session",
             "a label's room reaches its session after a restart",
+            "typing stops",
         ],
     };
     shared.iter().chain(own).copied().collect()
@@ -3323,6 +3366,8 @@ pub mod names {
     pub const VERDICT_CROSS_ROOM: &str =
         "a verdict typed in a room answers only a prompt posted in that room";
     pub const BINDING_LOST: &str = "a label's room survives a restart: it is never created twice";
+    pub const TYPING_PAST_CAP: &str =
+        "typing shows only after a push reached the room's session, and stops within the cap";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -3526,5 +3571,7 @@ fn properties() -> Vec<Property<World>> {
             "a label's room reaches its session after a restart",
             seen::BINDING_KEPT
         ),
+        never!(TYPING_PAST_CAP, bad::TYPING_PAST_CAP),
+        witness!("typing stops", seen::TYPING_STOPPED),
     ]
 }

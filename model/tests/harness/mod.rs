@@ -884,6 +884,7 @@ impl World {
             | Effect::CreateRoom { id, .. } => Some(*id),
             Effect::EditPrompt { .. }
             | Effect::Bound { .. }
+            | Effect::Typing { .. }
             | Effect::Notice { .. }
             | Effect::Decided { .. }
             | Effect::WriteRefused { .. }
@@ -1136,6 +1137,15 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
                 .map(|u| u.as_str())
                 .collect::<Vec<_>>()
                 .join(",")
+        ),
+        Effect::Typing {
+            identity,
+            room,
+            typing,
+        } => format!(
+            "{}typing {room} {}",
+            prefix(identity),
+            if *typing { "on" } else { "off" }
         ),
         Effect::Bound {
             identity,

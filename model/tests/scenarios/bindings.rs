@@ -458,3 +458,134 @@ fn a_creation_in_flight_at_a_restart_failed_and_the_next_attach_creates_again() 
         .iter()
         .any(|e| matches!(e, Effect::Bound { room: Some(r), .. } if *r == label_room("web"))));
 }
+
+// ----- typing ---------------------------------------------------------------------
+
+fn agent_says(room: &RoomId) -> mc_model::AgentWrite {
+    mc_model::AgentWrite::Message {
+        room: room.clone(),
+        parts: vec![mc_model::AgentText::plain("done")],
+        reply_to: None,
+        thread_root: None,
+        txn_id: "t1".into(),
+    }
+}
+
+fn typing_trace(w: &World) -> Vec<String> {
+    w.trace()
+        .into_iter()
+        .filter(|line| line.starts_with("typing "))
+        .collect()
+}
+
+#[test]
+fn a_push_that_reaches_a_sessions_room_shows_typing_there_until_the_agent_answers() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.mark();
+
+    w.say(ALICE, web.as_str(), "run the tests");
+    assert_eq!(typing_trace(&w), [format!("typing {web} on")]);
+    assert!(w.state().typing().contains_key(&web));
+
+    w.mark();
+    w.agent_write(1, agent_says(&web));
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+    assert!(w.state().typing().is_empty());
+}
+
+#[test]
+fn a_push_that_fails_shows_no_typing() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.fail_next(Kind::Push);
+    w.mark();
+
+    w.say(ALICE, web.as_str(), "run the tests");
+
+    assert!(typing_trace(&w).is_empty());
+}
+
+#[test]
+fn a_room_bound_to_no_label_shows_no_typing() {
+    let mut w = World::new();
+    w.attach(S1);
+    w.mark();
+
+    w.say(ALICE, R1, "hello");
+
+    assert_eq!(w.pushes(S1).len(), 1);
+    assert!(typing_trace(&w).is_empty());
+}
+
+#[test]
+fn typing_is_sent_again_before_its_timeout_and_stops_at_the_cap() {
+    let mut w = World::configured(|c| c.typing_cap_ms = 60_000);
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "a long job");
+    w.mark();
+
+    w.advance(mc_model::TYPING_REFRESH_MS - 1);
+    assert!(typing_trace(&w).is_empty());
+    w.advance(1);
+    assert_eq!(typing_trace(&w), [format!("typing {web} on")]);
+
+    w.mark();
+    w.advance(60_000 - mc_model::TYPING_REFRESH_MS - 1);
+    assert_eq!(typing_trace(&w), [format!("typing {web} on")]);
+    w.mark();
+    w.advance(1);
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+    assert_eq!(w.channel.next_deadline(), None);
+}
+
+#[test]
+fn a_new_push_restarts_the_cap() {
+    let mut w = World::configured(|c| c.typing_cap_ms = 20_000);
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "one");
+    w.advance(15_000);
+    w.say(ALICE, web.as_str(), "two");
+    w.mark();
+
+    // 25 s after the first push: the refresh, not the end (the cap runs from the
+    // second push, 15 s in).
+    w.advance(10_000);
+    assert_eq!(typing_trace(&w), [format!("typing {web} on")]);
+    w.mark();
+    w.advance(10_000 - 1);
+    assert!(typing_trace(&w).is_empty());
+    w.advance(1);
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+}
+
+#[test]
+fn typing_stops_when_the_rooms_last_session_detaches() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    w.attach_labelled(S2, "web");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "both");
+    w.mark();
+
+    w.detach(S1);
+    assert!(typing_trace(&w).is_empty());
+    w.detach(S2);
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+}
+
+#[test]
+fn a_typing_cap_of_zero_never_shows_typing() {
+    let mut w = World::configured(|c| c.typing_cap_ms = 0);
+    w.attach_labelled(S1, "web");
+    w.mark();
+
+    w.say(ALICE, label_room("web").as_str(), "hello");
+
+    assert_eq!(w.pushes(S1).len(), 1);
+    assert!(typing_trace(&w).is_empty());
+}
