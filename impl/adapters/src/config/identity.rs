@@ -6,14 +6,14 @@ use super::IdentitySettings;
 use figment::value::Value;
 use mc_model::config::{
     DEFAULT_ATTACH_GRACE_MS, DEFAULT_PROMPT_TTL_MS, DEFAULT_REPLAY_BUDGET, DEFAULT_SETTLE_MS,
-    DEFAULT_UNDECRYPTABLE_GRACE_MS,
+    DEFAULT_TYPING_CAP_MS, DEFAULT_UNDECRYPTABLE_GRACE_MS,
 };
 use mc_model::VerdictDevices;
 use ruma::{OwnedRoomId, OwnedUserId};
 use std::collections::BTreeMap;
 use url::Url;
 
-const IDENTITY_KEYS: [&str; 14] = [
+const IDENTITY_KEYS: [&str; 15] = [
     "homeserver",
     "user_id",
     "allowed_senders",
@@ -28,6 +28,7 @@ const IDENTITY_KEYS: [&str; 14] = [
     "undecryptable_notice",
     "verdict_devices",
     "attach_grace_ms",
+    "typing_cap_secs",
 ];
 
 impl Walk<'_> {
@@ -214,6 +215,22 @@ impl Walk<'_> {
             None => Some(DEFAULT_ATTACH_GRACE_MS),
             Some(v) => self.typed::<u64>(&key("attach_grace_ms"), v),
         };
+        let typing_cap_secs = match dict.get("typing_cap_secs") {
+            None => Some(DEFAULT_TYPING_CAP_MS / 1000),
+            Some(v) => self
+                .typed::<u64>(&key("typing_cap_secs"), v)
+                .filter(|secs| {
+                    let fits = secs.checked_mul(1000).is_some();
+                    if !fits {
+                        self.issue(
+                            &key("typing_cap_secs"),
+                            Some(v),
+                            "too large: the cap in milliseconds must fit in 64 bits",
+                        );
+                    }
+                    fits
+                }),
+        };
         let undecryptable_notice = match dict.get("undecryptable_notice") {
             None => Some(false),
             Some(v) => self.typed::<bool>(&key("undecryptable_notice"), v),
@@ -259,6 +276,7 @@ impl Walk<'_> {
             undecryptable_notice: undecryptable_notice?,
             verdict_devices: verdict_devices?,
             attach_grace_ms: attach_grace_ms?,
+            typing_cap_secs: typing_cap_secs?,
         };
         self.check_identity(path, dict, &settings)
             .then_some(settings)
@@ -395,6 +413,21 @@ mod tests {
             &with_line(&format!("undecryptable_grace_secs = {fits}")),
             no_env(),
         );
+        assert!(config.is_ok(), "{config:?}");
+    }
+
+    #[test]
+    fn a_typing_cap_that_overflows_milliseconds_is_an_error() {
+        let issues = issues(
+            &with_line(&format!("typing_cap_secs = {}", i64::MAX)),
+            no_env(),
+        );
+        assert_eq!(
+            issue_at(&issues, "identities.bot.typing_cap_secs").message,
+            "too large: the cap in milliseconds must fit in 64 bits"
+        );
+        let fits = u64::MAX / 1000;
+        let config = load(&with_line(&format!("typing_cap_secs = {fits}")), no_env());
         assert!(config.is_ok(), "{config:?}");
     }
 

@@ -26,6 +26,7 @@
 //! undecryptable_notice = false
 //! verdict_devices = "cross_signed"
 //! attach_grace_ms = 1000
+//! typing_cap_secs = 600
 //! ```
 //!
 //! Top-level keys:
@@ -100,6 +101,10 @@
 //!   when it ends, in order. Claude Code registers its channel handler only after
 //!   its stream is open and drops a push that comes before it, silently. Default
 //!   1000 ([`mc_model::config::DEFAULT_ATTACH_GRACE_MS`]); 0 pushes at once.
+//! - `typing_cap_secs`: how long, at most, the identity shows `m.typing` in a
+//!   session's room after a push of that room's event reached the session (it
+//!   stops earlier when the agent answers there or the room's sessions detach).
+//!   Default 600 ([`mc_model::config::DEFAULT_TYPING_CAP_MS`]); 0 never shows it.
 //!
 //! Unknown keys are errors.
 //!
@@ -226,6 +231,9 @@ pub struct IdentitySettings {
     /// How long a session that attaches waits for its first push, in milliseconds
     /// (0: none).
     pub attach_grace_ms: u64,
+    /// How long the identity shows typing in a session's room after a push at most,
+    /// in seconds (0: never).
+    pub typing_cap_secs: u64,
     /// Which devices a verdict may come from.
     pub verdict_devices: VerdictDevices,
 }
@@ -253,6 +261,7 @@ impl IdentitySettings {
         config.undecryptable_notice = self.undecryptable_notice;
         config.verdict_devices = self.verdict_devices;
         config.attach_grace_ms = self.attach_grace_ms;
+        config.typing_cap_ms = self.typing_cap_secs.saturating_mul(1000);
         config
     }
 }
@@ -443,6 +452,7 @@ mod tests {
                 undecryptable_notice: false,
                 verdict_devices: VerdictDevices::CrossSigned,
                 attach_grace_ms: 1000,
+                typing_cap_secs: 600,
             }
         );
     }
@@ -478,6 +488,7 @@ mod tests {
         assert_eq!(bot.undecryptable_grace_secs, 5);
         assert!(bot.undecryptable_notice);
         assert_eq!(bot.attach_grace_ms, 250);
+        assert_eq!(bot.typing_cap_secs, 120);
         let second = &config.identities["second-bot_2"];
         assert_eq!(second.allowed_senders, Vec::<OwnedUserId>::new());
         assert_eq!(second.approvers, Some(vec![]));
@@ -528,6 +539,7 @@ mod tests {
         assert!(model.undecryptable_notice);
         assert_eq!(model.verdict_devices, VerdictDevices::Any);
         assert_eq!(model.attach_grace_ms, 250);
+        assert_eq!(model.typing_cap_ms, 120_000);
         assert_eq!(model.validate(), Ok(()));
         let defaults = IdentityConfig::new(model.user_id.clone(), []);
         assert_eq!(model.max_prompts, defaults.max_prompts);

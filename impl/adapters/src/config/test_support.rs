@@ -37,6 +37,7 @@ undecryptable_grace_secs = 5
 undecryptable_notice = true
 verdict_devices = "any"
 attach_grace_ms = 250
+typing_cap_secs = 120
 
 [identities.second-bot_2]
 homeserver = "http://localhost:8008"
