@@ -118,6 +118,19 @@ impl IdentityState {
         }
         self.replay(&session, out);
         for held in self.held.remove(&session).unwrap_or_default() {
+            // The session attached again with another label, or its label's room
+            // changed, during the grace: what it no longer receives is delivered
+            // again, to the sessions of its room or to the queue.
+            if !self.receives(&session, held.room.as_ref()) {
+                self.push_failed(
+                    &session,
+                    Some(held.event_id),
+                    held.seq,
+                    held.notification,
+                    out,
+                );
+                continue;
+            }
             self.push(
                 &session,
                 Some(held.event_id),

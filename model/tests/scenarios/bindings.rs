@@ -589,3 +589,24 @@ fn a_typing_cap_of_zero_never_shows_typing() {
     assert_eq!(w.pushes(S1).len(), 1);
     assert!(typing_trace(&w).is_empty());
 }
+
+#[test]
+fn what_was_held_for_a_session_that_changed_its_label_during_the_grace_goes_to_its_rooms_sessions()
+{
+    let mut w = World::configured(|c| c.attach_grace_ms = 1_000);
+    w.attach_labelled(S1, "web");
+    w.advance(1_000);
+    let web = label_room("web");
+    w.attach_labelled(S1, "web");
+    let held = w.say(ALICE, web.as_str(), "held for web");
+    w.attach(S1);
+    w.mark();
+
+    w.advance(1_000);
+    assert!(pushed_ids(&w, S1).is_empty());
+    assert_eq!(w.queued_ids(), std::slice::from_ref(&held));
+
+    w.attach_labelled(S2, "web");
+    w.advance(1_000);
+    assert_eq!(pushed_ids(&w, S2), [held]);
+}
