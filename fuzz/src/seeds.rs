@@ -996,6 +996,20 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            // Known gap (`core_ops::HELD_PUSHES_KEEP_THEIR_ROUTE`, found by this
+            // target): S3, attached as `web` and inside its attach grace, is held
+            // Ann's chat of web's room; it attaches again without a label, and the
+            // grace's end pushes it web's room's chat all the same.
+            "held-push-after-relabel",
+            vec![
+                attach_as(2, 0),
+                ok(),
+                chat(To::B, 0, 0x80, 0),
+                attach(2),
+                Op::ToDeadline { before: false },
+            ],
+        ),
+        (
             "cap-eviction-and-supersede",
             vec![
                 attach(0),
