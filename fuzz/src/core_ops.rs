@@ -22,6 +22,14 @@
 //! and do nothing else. [`Op::Restarted`] must issue every prompt post in flight again
 //! with its id, fail everything else in flight, and leave no session live.
 //!
+//! Session rooms: a session attaches with a label of [`LABELS`] or none
+//! ([`Op::Attach`]); a new label's room creation is completed by [`Op::Complete`]
+//! (a fresh room `!cN`, which then counts as joined and which [`World::room`] picks
+//! with bit 7 of a room byte), failed, or left in flight; the operator binds and
+//! unbinds ([`Op::Bind`]), an approver types `bind <label>` / `unbind`
+//! ([`Body::Command`]). The world keeps its own record of labels and bindings and
+//! judges every push and prompt by it (see [`World`]'s `route`).
+//!
 //! The agent's writes ([`Op::Write`]) aim at the same references as Matrix events
 //! ([`Ref`]), carry texts from [`SAID`] (request ids spelled plainly, in upper case,
 //! with invisible or look-alike characters, inside HTML or Markdown, and innocent
@@ -2569,10 +2577,10 @@ impl World {
                 } => {
                     self.pushed.remove(&(session.clone(), event.clone()));
                 }
-                Pending::Create { ident, label } => {
-                    if self.bindings[*ident].get(label) == Some(&Bound::Creating(Some(*id))) {
-                        self.bindings[*ident].remove(label);
-                    }
+                Pending::Create { ident, label }
+                    if self.bindings[*ident].get(label) == Some(&Bound::Creating(Some(*id))) =>
+                {
+                    self.bindings[*ident].remove(label);
                 }
                 Pending::Join {
                     ident,
@@ -3123,11 +3131,15 @@ impl World {
             return self.room_created(id, *ident, label.clone(), outcome);
         }
         match (&pending, &outcome) {
-            (Pending::Push { session, event }, Outcome::Failed { .. }) => {
-                if let Some(event) = event {
-                    // It did not arrive: the core may push it again.
-                    self.pushed.remove(&(session.clone(), event.clone()));
-                }
+            (
+                Pending::Push {
+                    session,
+                    event: Some(event),
+                },
+                Outcome::Failed { .. },
+            ) => {
+                // It did not arrive: the core may push it again.
+                self.pushed.remove(&(session.clone(), event.clone()));
             }
             (
                 Pending::Post {
