@@ -17,9 +17,22 @@
 //!   never with a withdrawn vote, never `allow` over a standing deny; a text verdict
 //!   without a reply comes from the prompt's room; it is sent only to the session
 //!   that asked, and delivered once;
-//! - prompts go to the permission room, or the room an allowed sender last wrote in
-//!   while the identity was joined to it; a prompt message shows a verdict only after
-//!   the verdict was delivered;
+//! - prompts go to the permission room, else the asking session's label's room (none
+//!   while it has no room: the request is dropped), else (no label, or unbound) the
+//!   room an allowed sender last wrote in while the identity was joined to it, which
+//!   no label has; a prompt message shows a verdict only after the verdict was
+//!   delivered;
+//! - session rooms, by the world's own record of labels and bindings (from the
+//!   attaches, the operator's binds, the approvers' `bind <label>` / `unbind` and
+//!   the creation outcomes it sent, and the identity's leaves): an event of a
+//!   label's room is pushed only to that label's sessions, an event of a room no
+//!   label has only to sessions without a label or whose label is unbound, nothing
+//!   to a session whose label's room is being created or failed (a known gap: a
+//!   held push keeps the route it had when held); a new label's attach asks for one
+//!   room, named after it, inviting the allowed senders; every binding change is
+//!   said by one `Bound`, and the core's bindings and labels are the record; an
+//!   approver's command is answered by one notice and never pushed; a bind of a
+//!   room not joined is refused;
 //! - by the world's own record of each identity's rooms: no push, verdict, vote or
 //!   change of the room last written in comes from an event that reached the
 //!   identity while it was not joined to the event's room (history before a join,

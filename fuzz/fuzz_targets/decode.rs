@@ -61,9 +61,11 @@ fn through_core(sender: &UserId, input: impl Fn(IdentityId) -> Input) {
         .add_identity(identity.clone(), config)
         .expect("valid config");
     let session = SessionId::from("s1");
+    // No label: the session gets every room no label has, which is every room here.
     let attach = Input::Attach {
         identity: identity.clone(),
         session,
+        label: None,
     };
     channel.handle(Timestamp(1), attach);
     // The event's room is joined (the decoder's room, as the server reports it).

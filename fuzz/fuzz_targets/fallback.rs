@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
         && !text.starts_with('\n')
         && !text.starts_with("\r\n")
         && !is_fallback_line(first_line)
-        && !(first_line == "\r")
+        && first_line != "\r"
     {
         let without_blank = format!("{fallback}\n{text}");
         assert_eq!(

@@ -22,6 +22,14 @@
 //! and do nothing else. [`Op::Restarted`] must issue every prompt post in flight again
 //! with its id, fail everything else in flight, and leave no session live.
 //!
+//! Session rooms: a session attaches with a label of [`LABELS`] or none
+//! ([`Op::Attach`]); a new label's room creation is completed by [`Op::Complete`]
+//! (a fresh room `!cN`, which then counts as joined and which [`World::room`] picks
+//! with bit 7 of a room byte), failed, or left in flight; the operator binds and
+//! unbinds ([`Op::Bind`]), an approver types `bind <label>` / `unbind`
+//! ([`Body::Command`]). The world keeps its own record of labels and bindings and
+//! judges every push and prompt by it (see [`World`]'s `route`).
+//!
 //! The agent's writes ([`Op::Write`]) aim at the same references as Matrix events
 //! ([`Ref`]), carry texts from [`SAID`] (request ids spelled plainly, in upper case,
 //! with invisible or look-alike characters, inside HTML or Markdown, and innocent
@@ -33,17 +41,17 @@
 //! every byte string decodes to some ops.
 
 use crate::{check_notification, encode_string, Cursor};
-use mc_model::classify::verdict_body;
+use mc_model::classify::{parse_room_command, verdict_body, RoomCommand};
 use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::parse_text_verdict;
 use mc_model::{
-    AgentText, AgentWrite, Attachment, Behavior, CallId, Channel, DeviceTrust, DropReason, Effect,
-    EffectId, EventId, Gate, IdentityConfig, IdentityId, Input, JoinState, Membership, Message,
-    MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent, PermissionRequest,
-    Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId, SessionId,
-    SessionPhase, Timestamp, UserId, VerdictSource,
+    AgentText, AgentWrite, Attachment, Behavior, Binding, CallId, Channel, DeviceTrust, DropReason,
+    Effect, EffectId, EventId, Gate, IdentityConfig, IdentityId, Input, JoinState, Label,
+    Membership, Message, MessageContent, MetaKey, Millis, MsgType, NewContent, Outcome, Parent,
+    PermissionRequest, Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId, RoomId,
+    SessionId, SessionPhase, Timestamp, UserId, VerdictSource,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// At most this many ops are run from one input.
 pub const MAX_OPS: usize = 200;
@@ -93,6 +101,10 @@ const NOT_INPUTS: [&str; 5] = [
     "an event that is no JSON object",
 ];
 const IDENTS: [&str; 2] = ["a", "b"];
+/// The labels sessions attach with ([`Op::Attach`]), an operator binds
+/// ([`Op::Bind`]) and an approver types (`bind <label>`, [`Body::Command`]): two, so
+/// that sessions share a label and one label's room is taken by the other.
+const LABELS: [&str; 2] = ["web", "api"];
 const SESSIONS: [&str; 3] = ["s1", "s2", "s3"];
 const RIDS: [&str; 3] = ["abcde", "fghij", "kmnop"];
 const CHATS: [&str; 8] = [
@@ -202,6 +214,9 @@ pub enum Body {
     Raw(String),
     /// `content: {}`.
     Redacted,
+    /// An approver's room command: `bind <label>` for each of [`LABELS`], then
+    /// `unbind` (`byte % 3`); bit 3 spells it `  BIND <label> ` / `Unbind`.
+    Command(u8),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,8 +317,17 @@ pub enum WriteOp {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// `label`: an index into [`LABELS`]; `None`, a session that brings no label.
     Attach {
         sess: u8,
+        label: Option<u8>,
+    },
+    /// The operator binds a label of [`LABELS`] to `room` (see [`World::room`]), or
+    /// unbinds it (`None`), for identity A or B.
+    Bind {
+        ident: u8,
+        label: u8,
+        room: Option<u8>,
     },
     /// `wrong`: sent under the other identity.
     Detach {
@@ -414,16 +438,17 @@ pub enum Op {
     Restarted,
 }
 
-const OPS: u8 = 19;
+const OPS: u8 = 21;
 
 fn decode_body(c: &mut Cursor) -> Body {
-    match c.byte() % 6 {
+    match c.byte() % 7 {
         0 => Body::Chat(c.byte()),
         1 => Body::Yes(c.byte()),
         2 => Body::No(c.byte()),
         3 => Body::FallbackYes(c.byte()),
         4 => Body::Raw(c.string()),
-        _ => Body::Redacted,
+        5 => Body::Redacted,
+        _ => Body::Command(c.byte()),
     }
 }
 
@@ -438,6 +463,7 @@ fn encode_body(out: &mut Vec<u8>, body: &Body) {
             encode_string(out, s);
         }
         Body::Redacted => out.push(5),
+        Body::Command(b) => out.extend([6, *b]),
     }
 }
 
@@ -586,7 +612,10 @@ pub fn decode(data: &[u8]) -> Vec<Op> {
     let mut ops = Vec::new();
     while !c.is_empty() && ops.len() < MAX_OPS {
         let op = match c.byte() % OPS {
-            0 => Op::Attach { sess: c.byte() },
+            0 => Op::Attach {
+                sess: c.byte(),
+                label: None,
+            },
             1 => {
                 let b = c.byte();
                 Op::Detach {
@@ -718,7 +747,19 @@ pub fn decode(data: &[u8]) -> Vec<Op> {
                 event: c.byte() & 1 == 0,
                 what: c.byte(),
             },
-            _ => Op::Restarted,
+            18 => Op::Restarted,
+            19 => Op::Attach {
+                sess: c.byte(),
+                label: Some(c.byte()),
+            },
+            _ => {
+                let (ident, label, flag, room) = (c.byte(), c.byte(), c.byte(), c.byte());
+                Op::Bind {
+                    ident,
+                    label,
+                    room: (flag & 1 == 0).then_some(room),
+                }
+            }
         };
         ops.push(op);
     }
@@ -730,7 +771,20 @@ pub fn encode(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     for op in ops {
         match op {
-            Op::Attach { sess } => out.extend([0, *sess]),
+            Op::Attach { sess, label: None } => out.extend([0, *sess]),
+            Op::Attach {
+                sess,
+                label: Some(label),
+            } => out.extend([19, *sess, *label]),
+            Op::Bind { ident, label, room } => {
+                out.extend([
+                    20,
+                    *ident,
+                    *label,
+                    u8::from(room.is_none()),
+                    room.unwrap_or(0),
+                ]);
+            }
             Op::Detach { sess, wrong } => out.extend([1, (sess & 0x7f) | (u8::from(*wrong) << 7)]),
             Op::Message {
                 to,
@@ -871,6 +925,9 @@ enum EvKind {
         reply_to: Option<EventId>,
         body: String,
         reply_relation: bool,
+        /// Reads as a room command (`bind <label>`, `unbind`): one when its sender is
+        /// an approver, never pushed then.
+        command: Option<RoomCommand>,
     },
     Reaction {
         target: EventId,
@@ -978,6 +1035,37 @@ enum Pending {
         /// outcome changes nothing (the room is as that event left it).
         settled: bool,
     },
+    /// The room of `label`, asked for by an attach ([`Effect::CreateRoom`]).
+    Create {
+        ident: usize,
+        label: Label,
+    },
+}
+
+/// What a label is bound to, by the world's own record: learnt from the attaches it
+/// sent, the operator's binds and the approvers' commands it sent, the creation
+/// outcomes it gave, and the identity's leaves; the core's [`Effect::Bound`] must
+/// say each change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Bound {
+    /// Its room is being created (by the [`Effect::CreateRoom`] with this id, once
+    /// the core asked): its sessions get nothing.
+    Creating(Option<EffectId>),
+    Room(RoomId),
+    /// Unbound: its sessions get the events of the rooms bound to no label.
+    Unbound,
+}
+
+/// Where a session's events come from, by the world's record (the routing rule).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Route {
+    /// Its label's room only.
+    Room(RoomId),
+    /// Nothing: its label's room is being created, or it has none (creation failed,
+    /// the room was left) until it attaches again.
+    Nothing,
+    /// The rooms bound to no label.
+    Unbound,
 }
 
 /// What one identity's prompts say of an agent's write ([`World::prompt_rules`]).
@@ -1045,6 +1133,26 @@ pub struct Reached {
     /// Not checked, reported: prompts posted to a room the identity is not joined to
     /// (it left the room an allowed sender last wrote in, or the permission room).
     pub posts_to_rooms_not_joined: usize,
+    /// Attaches with a label; rooms created for a label, creations failed.
+    pub labelled_attaches: usize,
+    pub rooms_created: usize,
+    pub room_creations_failed: usize,
+    /// Changes of a binding ([`Effect::Bound`]); approvers' room commands acted on;
+    /// operator binds of a room the identity is not joined to, refused.
+    pub bindings_changed: usize,
+    pub room_commands: usize,
+    pub binds_not_joined: usize,
+    /// Pushes to a session routed to its label's room; to an unlabelled (or
+    /// unbound) session while some label of its identity has a room.
+    pub pushes_to_label_rooms: usize,
+    pub pushes_unbound_beside_bound: usize,
+    /// Prompts posted in a label's room; requests dropped for want of a room (the
+    /// session's label has none yet).
+    pub prompts_in_label_rooms: usize,
+    pub no_prompt_room: usize,
+    /// A known gap (see [`HELD_PUSHES_KEEP_THEIR_ROUTE`]): held events pushed by
+    /// the route they had when held, not the session's route at the push.
+    pub held_rerouted: usize,
 }
 
 impl Reached {
@@ -1085,6 +1193,17 @@ impl Reached {
             reposts_decided,
             history_redelivered,
             posts_to_rooms_not_joined,
+            labelled_attaches,
+            rooms_created,
+            room_creations_failed,
+            bindings_changed,
+            room_commands,
+            binds_not_joined,
+            pushes_to_label_rooms,
+            pushes_unbound_beside_bound,
+            prompts_in_label_rooms,
+            no_prompt_room,
+            held_rerouted,
         } = other;
         self.pushes += pushes;
         self.replayed += replayed;
@@ -1120,6 +1239,17 @@ impl Reached {
         self.reposts_decided += reposts_decided;
         self.history_redelivered += history_redelivered;
         self.posts_to_rooms_not_joined += posts_to_rooms_not_joined;
+        self.labelled_attaches += labelled_attaches;
+        self.rooms_created += rooms_created;
+        self.room_creations_failed += room_creations_failed;
+        self.bindings_changed += bindings_changed;
+        self.room_commands += room_commands;
+        self.binds_not_joined += binds_not_joined;
+        self.pushes_to_label_rooms += pushes_to_label_rooms;
+        self.pushes_unbound_beside_bound += pushes_unbound_beside_bound;
+        self.prompts_in_label_rooms += prompts_in_label_rooms;
+        self.no_prompt_room += no_prompt_room;
+        self.held_rerouted += held_rerouted;
     }
 }
 
@@ -1132,6 +1262,16 @@ impl Reached {
 /// re-delivery as the event arriving now (and counts it); when the core learns to
 /// drop it, set it to `false` and the target requires the drop.
 pub const HISTORY_REDELIVERED_IS_INPUT: bool = false;
+
+/// A known gap of the core's, reported: what is held for a session inside its
+/// attach grace was routed when it was held, and is pushed when the grace ends as
+/// it is, though the session attached again meanwhile with another label (or none),
+/// or its label's binding changed: an unlabelled session then gets an event of a
+/// label's room, or a labelled one an event of another room. While this is `true`
+/// the world judges such a push by the route it had when the world first saw it
+/// held (and counts it); when the core routes held events again, set it to `false`
+/// and the target requires every push to follow the route at the push.
+pub const HELD_PUSHES_KEEP_THEIR_ROUTE: bool = true;
 
 /// What a person reads in one text of a write: the held ids among `names` must be
 /// caught; `missed` ones may be (a known gap of the core's reading); of a `raw` text
@@ -1216,6 +1356,27 @@ pub struct World {
     /// The acknowledgement being handled: the one identity and event an
     /// `Effect::Acknowledged` may name.
     acknowledging: Option<(IdentityId, EventId)>,
+    /// Each session's label, as the world last attached it (none: attached without).
+    labels: [BTreeMap<SessionId, Label>; 2],
+    /// What each identity's labels are bound to, by the world's own record.
+    bindings: [BTreeMap<Label, Bound>; 2],
+    /// The rooms the world created for labels (`!cN`), in order: [`World::room`]
+    /// picks among them too.
+    created: Vec<RoomId>,
+    /// The [`Effect::Bound`]s the input being handled must give, in order.
+    bound_expected: VecDeque<Effect>,
+    /// The room creation the attach being handled must ask for (identity, label).
+    creating: Option<(usize, Label)>,
+    /// The creation that failed in the input being handled: its label's attached
+    /// sessions are told (identity, label).
+    creation_failed: Option<(usize, Label)>,
+    /// The permission request being handled (identity, session): the one a
+    /// [`Effect::PostPrompt`] may be for.
+    requesting: Option<(usize, SessionId)>,
+    /// What the core holds for sessions in their attach grace, as seen after the
+    /// last input: each was judged by the routing rule when first seen (see
+    /// [`HELD_PUSHES_KEEP_THEIR_ROUTE`]).
+    held_seen: BTreeSet<(SessionId, EventId)>,
     /// Print every input and its effects ([`World::run_traced`]).
     trace: bool,
     pub reached: Reached,
@@ -1345,6 +1506,14 @@ impl World {
             answers: 0,
             logging: None,
             acknowledging: None,
+            labels: [BTreeMap::new(), BTreeMap::new()],
+            bindings: [BTreeMap::new(), BTreeMap::new()],
+            created: Vec::new(),
+            bound_expected: VecDeque::new(),
+            creating: None,
+            creation_failed: None,
+            requesting: None,
+            held_seen: BTreeSet::new(),
             trace: false,
             reached: Reached::default(),
         };
@@ -1472,6 +1641,15 @@ impl World {
             ),
             Body::Raw(s) => s.clone(),
             Body::Redacted => return None,
+            Body::Command(b) => {
+                let upper = b & 8 != 0;
+                match LABELS.get(usize::from(*b) % (LABELS.len() + 1)) {
+                    Some(label) if upper => format!("  BIND {label} "),
+                    Some(label) => format!("bind {label}"),
+                    None if upper => "Unbind".to_owned(),
+                    None => "unbind".to_owned(),
+                }
+            }
         })
     }
 
@@ -1485,17 +1663,8 @@ impl World {
 
     fn op(&mut self, op: &Op) {
         match op {
-            Op::Attach { sess } => {
-                let session = session(*sess);
-                let ident = session_ident(&session);
-                self.attached_ever.insert(session.clone());
-                self.detached_by_restart.remove(&session);
-                let input = Input::Attach {
-                    identity: ident_id(ident),
-                    session,
-                };
-                self.handle(self.now, input);
-            }
+            Op::Attach { sess, label } => self.attach(*sess, *label),
+            Op::Bind { ident, label, room } => self.bind(*ident, *label, *room),
             Op::Detach { sess, wrong } => {
                 let session = session(*sess);
                 let ident = session_ident(&session) ^ usize::from(*wrong);
@@ -1597,6 +1766,7 @@ impl World {
                 let session = session(*sess);
                 let ident = session_ident(&session) ^ usize::from(*wrong);
                 let request_id = rid(*r);
+                let asking = session.clone();
                 self.requested
                     .insert((ident, session.clone(), request_id.clone()));
                 let input = Input::PermissionRequest {
@@ -1613,7 +1783,29 @@ impl World {
                         input_preview: format!("{{\"command\": \"{tool}\"}}"),
                     },
                 };
-                self.handle(self.now, input);
+                // Due timers fire first, so a post is this request's.
+                self.handle(self.now, Input::Tick);
+                self.requesting = Some((ident, asking.clone()));
+                let effects = self.handle(self.now, input);
+                self.requesting = None;
+                if effects.iter().any(|e| {
+                    matches!(
+                        e,
+                        Effect::Dropped {
+                            reason: DropReason::NoPromptRoom,
+                            ..
+                        }
+                    )
+                }) {
+                    assert_eq!(
+                        self.prompt_room(ident, &asking),
+                        None,
+                        "a request dropped for want of a room, which the session has"
+                    );
+                    if self.labels[ident].contains_key(&asking) {
+                        self.reached.no_prompt_room += 1;
+                    }
+                }
             }
             Op::Ack {
                 ident,
@@ -2179,7 +2371,7 @@ impl World {
     /// invite acted on already is dropped, another's membership is dropped, the
     /// identity's own join, leave or ban only changes its rooms.
     fn membership(&mut self, to: To, room: u8, user: u8, membership: MemberOp, event: bool) {
-        let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
+        let room = self.room(room);
         let pick = usize::from(user) % (WHO.len() + 1);
         let shared = event.then(|| self.fresh("m"));
         for i in Self::targets(to) {
@@ -2233,12 +2425,25 @@ impl World {
                         Vec::new()
                     }
                     Membership::Left | Membership::Banned => {
-                        // A left room is no prompt room any more.
+                        // A left room is no prompt room any more, and no label's room:
+                        // the label's next attach asks for a new one.
                         if self.last_room[i].as_ref() == Some(&room) {
                             self.last_room[i] = None;
                         }
                         self.rooms[i].insert(room.clone(), Member::Left);
-                        Vec::new()
+                        match self.label_of_room(i, &room) {
+                            Some(label) => {
+                                self.bindings[i].remove(&label);
+                                let gone = Effect::Bound {
+                                    identity: identity.clone(),
+                                    label,
+                                    room: None,
+                                };
+                                self.bound_expected.push_back(gone.clone());
+                                vec![gone]
+                            }
+                            None => Vec::new(),
+                        }
                     }
                     Membership::Invited { by } => match self.rooms[i].get(&room) {
                         Some(Member::Joining(_) | Member::Joined) => {
@@ -2297,7 +2502,7 @@ impl World {
     /// A timeline event that is no input, to each identity of `to`: one `Dropped` (by
     /// the gate when the sender is known, else as no input), and nothing else.
     fn unhandled(&mut self, to: To, room: u8, sender: u8, event: bool, what: u8) {
-        let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
+        let room = self.room(room);
         let sender = WHO
             .get(usize::from(sender) % (WHO.len() + 1))
             .map(|s| UserId::from(*s));
@@ -2372,6 +2577,11 @@ impl World {
                 } => {
                     self.pushed.remove(&(session.clone(), event.clone()));
                 }
+                Pending::Create { ident, label }
+                    if self.bindings[*ident].get(label) == Some(&Bound::Creating(Some(*id))) =>
+                {
+                    self.bindings[*ident].remove(label);
+                }
                 Pending::Join {
                     ident,
                     room,
@@ -2433,7 +2643,10 @@ impl World {
                 Effect::PostPrompt { .. } => true,
                 Effect::Dropped { reason, .. } => matches!(
                     reason,
-                    DropReason::JoinFailed | DropReason::StaleOutcome | DropReason::QueueFull
+                    DropReason::JoinFailed
+                        | DropReason::StaleOutcome
+                        | DropReason::QueueFull
+                        | DropReason::RoomCreationFailed { .. }
                 ),
                 _ => false,
             };
@@ -2451,6 +2664,157 @@ impl World {
             .map_or_else(|| RoomId::from(ROOMS[0]), |e| e.room.clone())
     }
 
+    /// A room by its byte: with bit 7 set and rooms created for labels, one of those
+    /// (`(b & 0x7f) % n`), else the cast's ([`ROOMS`], `b % 4`: so the seeds written
+    /// before labels keep their rooms).
+    fn room(&self, b: u8) -> RoomId {
+        match self.created.len() {
+            n if n > 0 && b & 0x80 != 0 => self.created[usize::from(b & 0x7f) % n].clone(),
+            _ => RoomId::from(ROOMS[usize::from(b) % ROOMS.len()]),
+        }
+    }
+
+    fn label(b: u8) -> Label {
+        Label::parse(LABELS[usize::from(b) % LABELS.len()]).expect("a valid label")
+    }
+
+    /// The label `room` is bound to for identity `i`, by the world's record.
+    fn label_of_room(&self, i: usize, room: &RoomId) -> Option<Label> {
+        self.bindings[i]
+            .iter()
+            .find(|(_, bound)| **bound == Bound::Room(room.clone()))
+            .map(|(label, _)| label.clone())
+    }
+
+    /// Where `session`'s events come from, by the world's record: a session without
+    /// a label, or whose label is unbound, gets the rooms bound to no label; a
+    /// labelled one its label's room, or nothing while it has none.
+    fn route(&self, i: usize, session: &SessionId) -> Route {
+        match self.labels[i].get(session).map(|l| self.bindings[i].get(l)) {
+            None | Some(Some(Bound::Unbound)) => Route::Unbound,
+            Some(Some(Bound::Room(room))) => Route::Room(room.clone()),
+            Some(Some(Bound::Creating(_)) | None) => Route::Nothing,
+        }
+    }
+
+    /// Whether the routing rule lets identity `i` push an event of `room` to
+    /// `session`.
+    fn receives(&self, i: usize, session: &SessionId, room: &RoomId) -> bool {
+        match self.route(i, session) {
+            Route::Room(mine) => mine == *room,
+            Route::Nothing => false,
+            Route::Unbound => self.label_of_room(i, room).is_none(),
+        }
+    }
+
+    /// Where identity `i` posts `session`'s prompts: the permission room, else the
+    /// session's label's room, else (unlabelled or unbound) the room an allowed
+    /// sender last wrote in if no label has it; `None`: nowhere.
+    fn prompt_room(&self, i: usize, session: &SessionId) -> Option<RoomId> {
+        if let Some(fixed) = &self.configs[i].permission_room {
+            return Some(fixed.clone());
+        }
+        match self.route(i, session) {
+            Route::Room(room) => Some(room),
+            Route::Nothing => None,
+            Route::Unbound => self.last_room[i]
+                .clone()
+                .filter(|room| self.label_of_room(i, room).is_none()),
+        }
+    }
+
+    /// Binds `label` of identity `i` to `room` (a room has one label at most: the
+    /// label it had is unbound), or unbinds it; returns the [`Effect::Bound`]s that
+    /// say so, in order, and expects them from the input about to be handled.
+    fn set_binding(&mut self, i: usize, label: Label, room: Option<RoomId>) -> Vec<Effect> {
+        let identity = ident_id(i);
+        let mut said = Vec::new();
+        if let Some(room) = &room {
+            if let Some(other) = self.label_of_room(i, room).filter(|l| *l != label) {
+                self.bindings[i].insert(other.clone(), Bound::Unbound);
+                said.push(Effect::Bound {
+                    identity: identity.clone(),
+                    label: other,
+                    room: None,
+                });
+            }
+        }
+        let bound = room.clone().map_or(Bound::Unbound, Bound::Room);
+        self.bindings[i].insert(label.clone(), bound);
+        said.push(Effect::Bound {
+            identity,
+            label,
+            room,
+        });
+        self.bound_expected.extend(said.iter().cloned());
+        said
+    }
+
+    /// A session attaches, with a label or without: the world records it first (the
+    /// attach's own pushes follow the new label), and a label the identity never
+    /// bound must get a room asked for.
+    fn attach(&mut self, sess: u8, label: Option<u8>) {
+        let session = session(sess);
+        let ident = session_ident(&session);
+        // Due timers fire first, so every push they make is judged by the labels
+        // before this attach.
+        self.handle(self.now, Input::Tick);
+        self.attached_ever.insert(session.clone());
+        self.detached_by_restart.remove(&session);
+        let label = label.map(Self::label);
+        match &label {
+            Some(label) => {
+                self.reached.labelled_attaches += 1;
+                self.labels[ident].insert(session.clone(), label.clone());
+                if !self.bindings[ident].contains_key(label) {
+                    self.bindings[ident].insert(label.clone(), Bound::Creating(None));
+                    self.creating = Some((ident, label.clone()));
+                }
+            }
+            None => {
+                self.labels[ident].remove(&session);
+            }
+        }
+        let input = Input::Attach {
+            identity: ident_id(ident),
+            session,
+            label,
+        };
+        self.handle(self.now, input);
+        assert!(
+            self.creating.take().is_none(),
+            "an attach with a label never bound asked for no room"
+        );
+    }
+
+    /// The operator's bind (or unbind, `room: None`) of a label: a room the identity
+    /// is not joined to is refused (`NotJoined`), else the binding changes and each
+    /// change is said, and nothing else happens.
+    fn bind(&mut self, ident: u8, label: u8, room: Option<u8>) {
+        self.handle(self.now, Input::Tick);
+        let i = usize::from(ident) % 2;
+        let label = Self::label(label);
+        let room = room.map(|b| self.room(b));
+        let expected = match &room {
+            Some(room) if !self.joined(i, room) => {
+                self.reached.binds_not_joined += 1;
+                vec![Effect::Dropped {
+                    identity: Some(ident_id(i)),
+                    event_id: None,
+                    reason: DropReason::NotJoined,
+                }]
+            }
+            _ => self.set_binding(i, label.clone(), room.clone()),
+        };
+        let input = Input::Bind {
+            identity: ident_id(i),
+            label,
+            room,
+        };
+        let effects = self.handle(self.now, input);
+        assert_eq!(effects, expected, "the operator's bind did something else");
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn message(
         &mut self,
@@ -2465,7 +2829,7 @@ impl World {
         let id = self.fresh("e");
         let device = device_of(who);
         let who = UserId::from(WHO[usize::from(who) % WHO.len()]);
-        let room = RoomId::from(ROOMS[usize::from(room) % ROOMS.len()]);
+        let room = self.room(room);
         let msgtype = match msgtype % 8 {
             0..=3 => MsgType::Text,
             4 => MsgType::Emote,
@@ -2534,7 +2898,17 @@ impl World {
                 .is_some_and(|n| parse_text_verdict(&n.body).is_some()),
             _ => parse_text_verdict(verdict_body(c)).is_some(),
         });
+        // An approver's `m.text` that is no edit, whose body (its reply fallback
+        // stripped) is a command and nothing else.
+        let command = content
+            .as_ref()
+            .filter(|c| {
+                c.msgtype == MsgType::Text
+                    && !matches!(c.relation, Some(Relation::Replacement { .. }))
+            })
+            .and_then(|c| parse_room_command(verdict_body(c)));
         let kind = EvKind::Message {
+            command,
             notice: msgtype == MsgType::Notice,
             verdict_shaped,
             edit_of: match &relation {
@@ -2590,10 +2964,11 @@ impl World {
     }
 
     /// An event of a joined room reaches identity `i`: a message of an allowed sender
-    /// (not a notice, not redacted) makes its room the one last written in.
+    /// (not a notice, not redacted) makes its room the one last written in, unless
+    /// the room is a label's (by the world's record).
     fn arrive(&mut self, i: usize, who: &UserId, room: &RoomId, counts_room: bool) {
         let allowed = matches!(self.configs[i].gate(who), Gate::Allowed | Gate::Approver);
-        if allowed && counts_room {
+        if allowed && counts_room && self.label_of_room(i, room).is_none() {
             self.last_room[i] = Some(room.clone());
         }
     }
@@ -2648,6 +3023,10 @@ impl World {
             .map(|(i, _)| *i)
             .filter(|i| self.joined(*i, &room))
             .collect();
+        let shape = match &kind {
+            EvKind::Message { command, .. } => command.clone(),
+            _ => None,
+        };
         self.events.push(Ev {
             id: id.clone(),
             to: inputs.iter().map(|(i, _)| *i).collect(),
@@ -2665,8 +3044,42 @@ impl World {
                 self.not_joined(i, &id, input);
                 continue;
             }
+            let command = shape
+                .clone()
+                .filter(|_| self.configs[i].gate(&who) == Gate::Approver);
+            if command.is_some() {
+                // Due timers fire first, so their pushes are judged by the bindings
+                // before the command.
+                self.handle(self.now, Input::Tick);
+            }
             self.arrive(i, &who, &room, counts_room);
+            let said = match command.clone() {
+                Some(RoomCommand::Bind(label)) => self.set_binding(i, label, Some(room.clone())),
+                Some(RoomCommand::Unbind) => match self.label_of_room(i, &room) {
+                    Some(label) => self.set_binding(i, label, None),
+                    None => Vec::new(),
+                },
+                None => Vec::new(),
+            };
             let effects = self.handle(self.now, input);
+            if command.is_some() {
+                self.reached.room_commands += 1;
+                let bound: Vec<Effect> = effects
+                    .iter()
+                    .filter(|e| matches!(e, Effect::Bound { .. }))
+                    .cloned()
+                    .collect();
+                assert_eq!(bound, said, "an approver's {command:?} in {room}");
+                let notices = effects
+                    .iter()
+                    .filter(|e| matches!(e, Effect::Notice { room: r, in_reply_to, .. } if *r == room && *in_reply_to == id))
+                    .count();
+                assert!(
+                    notices == 1 && effects.len() == said.len() + 1,
+                    "an approver's {command:?} was not answered by one notice in its room, \
+                     and nothing else: {effects:?}"
+                );
+            }
             let expected = match self.configs[i].gate(&who) {
                 Gate::Own => Some(DropReason::OwnEvent),
                 Gate::Stranger => Some(DropReason::Stranger),
@@ -2689,7 +3102,10 @@ impl World {
             return;
         }
         let index = usize::from(pick) % self.pending.len();
-        if matches!(self.pending[index].1, Pending::Write | Pending::Join { .. }) {
+        if matches!(
+            self.pending[index].1,
+            Pending::Write | Pending::Join { .. } | Pending::Create { .. }
+        ) {
             // Due timers first, so what follows is the outcome's doing alone (they
             // add effects to wait for at the end).
             self.handle(self.now, Input::Tick);
@@ -2703,14 +3119,27 @@ impl World {
             (Pending::Post { .. }, true) => Outcome::Posted {
                 event_id: self.fresh("p"),
             },
+            (Pending::Create { .. }, true) => {
+                self.next_event += 1;
+                Outcome::Created {
+                    room: RoomId(format!("!c{}:example.org", self.next_event)),
+                }
+            }
             (_, true) => Outcome::Sent,
         };
+        if let Pending::Create { ident, label } = &pending {
+            return self.room_created(id, *ident, label.clone(), outcome);
+        }
         match (&pending, &outcome) {
-            (Pending::Push { session, event }, Outcome::Failed { .. }) => {
-                if let Some(event) = event {
-                    // It did not arrive: the core may push it again.
-                    self.pushed.remove(&(session.clone(), event.clone()));
-                }
+            (
+                Pending::Push {
+                    session,
+                    event: Some(event),
+                },
+                Outcome::Failed { .. },
+            ) => {
+                // It did not arrive: the core may push it again.
+                self.pushed.remove(&(session.clone(), event.clone()));
             }
             (
                 Pending::Post {
@@ -2783,6 +3212,112 @@ impl World {
         }
     }
 
+    /// Notes what the core holds for sessions in their attach grace now; what it
+    /// holds that the world had not seen held must follow the routing rule now.
+    fn see_held(&mut self) {
+        let mut now = BTreeSet::new();
+        for i in 0..2 {
+            let state = self.channel.identity(&ident_id(i)).expect("identity");
+            for (session, held) in state.held() {
+                for queued in held {
+                    let key = (session.clone(), queued.event_id.clone());
+                    if !self.held_seen.contains(&key) {
+                        let ev = self
+                            .events
+                            .iter()
+                            .find(|v| v.id == queued.event_id)
+                            .unwrap_or_else(|| panic!("held {}, which nobody sent", key.1));
+                        assert!(
+                            self.receives(i, session, &ev.room),
+                            "{} of {} held for {session}, routed to {:?}",
+                            ev.id,
+                            ev.room,
+                            self.route(i, session)
+                        );
+                    }
+                    now.insert(key);
+                }
+            }
+        }
+        self.held_seen = now;
+    }
+
+    /// The outcome of the creation `id` of `label`'s room: a label bound or unbound
+    /// since (no longer being created by `id`) keeps what it has and the outcome is
+    /// stale; a room created becomes the label's (and a joined room); a creation
+    /// failed leaves the label without a room, tells its attached sessions, and says
+    /// so.
+    fn room_created(&mut self, id: EffectId, i: usize, label: Label, outcome: Outcome) {
+        let identity = ident_id(i);
+        let current = self.bindings[i].get(&label) == Some(&Bound::Creating(Some(id)));
+        let expected = match (&outcome, current) {
+            (_, false) => vec![Effect::Dropped {
+                identity: Some(identity.clone()),
+                event_id: None,
+                reason: DropReason::StaleOutcome,
+            }],
+            (Outcome::Created { room }, true) => {
+                self.reached.rooms_created += 1;
+                self.created.push(room.clone());
+                self.rooms[i].entry(room.clone()).or_insert(Member::Joined);
+                self.set_binding(i, label.clone(), Some(room.clone()))
+            }
+            (_, true) => {
+                self.reached.room_creations_failed += 1;
+                self.bindings[i].remove(&label);
+                self.creation_failed = Some((i, label.clone()));
+                vec![Effect::Dropped {
+                    identity: Some(identity.clone()),
+                    event_id: None,
+                    reason: DropReason::RoomCreationFailed {
+                        label: label.clone(),
+                    },
+                }]
+            }
+        };
+        // The label's attached sessions, told of a failure (by the core's phases: a
+        // stream lost is the core's to see).
+        let told: BTreeSet<SessionId> = match &self.creation_failed {
+            Some(_) => {
+                let state = self.channel.identity(&identity).expect("identity");
+                state
+                    .sessions()
+                    .iter()
+                    .filter(|(session, phase)| {
+                        **phase != SessionPhase::Detached
+                            && self.labels[i].get(*session) == Some(&label)
+                    })
+                    .map(|(session, _)| session.clone())
+                    .collect()
+            }
+            None => BTreeSet::new(),
+        };
+        let effects = self.handle(self.now, Input::Completed { id, outcome });
+        self.creation_failed = None;
+        let logged: BTreeSet<SessionId> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::LogMessage { session, .. } => Some(session.clone()),
+                _ => None,
+            })
+            .collect();
+        let rest: Vec<Effect> = effects
+            .iter()
+            .filter(|e| !matches!(e, Effect::LogMessage { .. }))
+            .cloned()
+            .collect();
+        assert_eq!(rest, expected, "the outcome of {label}'s room creation");
+        assert_eq!(
+            logged, told,
+            "a failed creation of {label}'s room was not told to its attached sessions"
+        );
+        assert_eq!(
+            effects.len(),
+            expected.len() + told.len(),
+            "a session told twice: {effects:?}"
+        );
+    }
+
     /// Handles one input and checks every effect and the state after it.
     fn handle(&mut self, now: Timestamp, input: Input) -> Vec<Effect> {
         let before = self.channel.now();
@@ -2818,6 +3353,12 @@ impl World {
         for effect in &effects {
             self.check_effect(effect, &mut replayed_last);
         }
+        assert!(
+            self.bound_expected.is_empty(),
+            "bindings changed but not said: {:?} missing in {effects:?}",
+            self.bound_expected
+        );
+        self.see_held();
         self.check_state();
         // A prompt message the core holds no more retired now (once).
         self.handled += 1;
@@ -2914,14 +3455,42 @@ impl World {
                         assert_eq!(meta.get(MetaKey::EventId), Some(e.as_str()));
                         assert_eq!(meta.get(MetaKey::Sender), Some(ev.who.as_str()));
                         assert_eq!(meta.get(MetaKey::RoomId), Some(ev.room.as_str()));
+                        let route = self.route(ident, session);
+                        let held = self.held_seen.remove(&(session.clone(), e.clone()));
+                        if !self.receives(ident, session, &ev.room) {
+                            assert!(
+                                HELD_PUSHES_KEEP_THEIR_ROUTE && held,
+                                "{e} of {} pushed to {session} (label {:?}, routed to \
+                                 {route:?}; bindings {:?})",
+                                ev.room,
+                                self.labels[ident].get(session),
+                                self.bindings[ident]
+                            );
+                            self.reached.held_rerouted += 1;
+                        }
+                        match route {
+                            Route::Room(_) => self.reached.pushes_to_label_rooms += 1,
+                            _ if self.bindings[ident]
+                                .values()
+                                .any(|b| matches!(b, Bound::Room(_))) =>
+                            {
+                                self.reached.pushes_unbound_beside_bound += 1;
+                            }
+                            _ => {}
+                        }
                         match &ev.kind {
                             EvKind::Message {
                                 notice,
                                 verdict_shaped,
                                 edit_of,
+                                command,
                                 ..
                             } => {
                                 assert!(!notice, "a notice was pushed: {e}");
+                                assert!(
+                                    command.is_none() || gate != Gate::Approver,
+                                    "an approver's room command was pushed: {effect:?}"
+                                );
                                 assert!(
                                     !verdict_shaped,
                                     "verdict-shaped text was pushed: {effect:?}"
@@ -3012,14 +3581,25 @@ impl World {
                 text,
             } => {
                 let ident = ident_index(identity);
-                match &self.configs[ident].permission_room {
-                    Some(fixed) => assert_eq!(room, fixed, "prompt outside the permission room"),
-                    None => assert_eq!(
-                        Some(room),
-                        self.last_room[ident].as_ref(),
-                        "prompt posted to {room}, not the room an allowed sender last wrote in \
-                         while the identity was joined to it"
-                    ),
+                let (asking_ident, asking) = self
+                    .requesting
+                    .clone()
+                    .expect("a prompt posted for no permission request");
+                assert_eq!(ident, asking_ident, "a prompt posted as another identity");
+                // The permission room, else the asking session's label's room, else
+                // (unlabelled, unbound) the room an allowed sender last wrote in
+                // while the identity was joined to it, which no label has.
+                assert_eq!(
+                    Some(room),
+                    self.prompt_room(ident, &asking).as_ref(),
+                    "prompt of {asking} (label {:?}, routed to {:?}) posted to {room}",
+                    self.labels[ident].get(&asking),
+                    self.route(ident, &asking)
+                );
+                if self.configs[ident].permission_room.is_none()
+                    && matches!(self.route(ident, &asking), Route::Room(_))
+                {
+                    self.reached.prompts_in_label_rooms += 1;
                 }
                 if !self.joined(ident, room) {
                     self.reached.posts_to_rooms_not_joined += 1;
@@ -3030,7 +3610,10 @@ impl World {
                     .iter()
                     .find(|p| p.phase == Phase::Posting { post: *id })
                     .expect("a post with no prompt being posted");
-                assert_eq!(session_ident(&prompt.session), ident);
+                assert_eq!(
+                    prompt.session, asking,
+                    "a prompt posted for another session"
+                );
                 assert_eq!(&prompt.request.request_id, request_id);
                 assert!(
                     self.requested
@@ -3169,13 +3752,21 @@ impl World {
                 session,
                 message,
             } => {
-                assert_eq!(
-                    self.logging.as_ref(),
-                    Some(&(identity.clone(), session.clone())),
-                    "a log message to a session that sent nothing unreadable"
-                );
                 assert!(!message.is_empty());
-                self.reached.invalid_requests += 1;
+                let ident = ident_index(identity);
+                if let Some((i, label)) = &self.creation_failed {
+                    assert!(
+                        *i == ident && self.labels[ident].get(session) == Some(label),
+                        "a failed creation of {label}'s room told {session}, of another label"
+                    );
+                } else {
+                    assert_eq!(
+                        self.logging.as_ref(),
+                        Some(&(identity.clone(), session.clone())),
+                        "a log message to a session that sent nothing unreadable"
+                    );
+                    self.reached.invalid_requests += 1;
+                }
             }
             Effect::JoinRoom { id, identity, room } => {
                 assert_eq!(
@@ -3198,6 +3789,47 @@ impl World {
                         settled: false,
                     },
                 ));
+            }
+            Effect::CreateRoom {
+                id,
+                identity,
+                label,
+                name,
+                invite,
+            } => {
+                let ident = ident_index(identity);
+                assert_eq!(
+                    self.creating.take(),
+                    Some((ident, label.clone())),
+                    "a room creation no attach of a new label asked for: {effect:?}"
+                );
+                assert!(
+                    name.contains(label.as_str()),
+                    "a room not named after {label}"
+                );
+                let invited: BTreeSet<&UserId> = invite.iter().collect();
+                assert_eq!(
+                    invited,
+                    self.configs[ident].allowed_senders.iter().collect(),
+                    "a label's room invites not exactly the allowed senders"
+                );
+                self.bindings[ident].insert(label.clone(), Bound::Creating(Some(*id)));
+                self.pending.push((
+                    *id,
+                    Pending::Create {
+                        ident,
+                        label: label.clone(),
+                    },
+                ));
+            }
+            Effect::Bound { .. } => {
+                let expected = self.bound_expected.pop_front();
+                assert_eq!(
+                    expected.as_ref(),
+                    Some(effect),
+                    "a binding change no input explains"
+                );
+                self.reached.bindings_changed += 1;
             }
             Effect::Dropped { reason, .. } => {
                 if *reason == DropReason::ReplyNotToPrompt {
@@ -3423,6 +4055,30 @@ impl World {
                 rooms,
                 "identity {i}'s rooms are not the world's record"
             );
+            let bindings: BTreeMap<Label, Binding> = self.bindings[i]
+                .iter()
+                .map(|(label, bound)| {
+                    let binding = match bound {
+                        Bound::Creating(Some(create)) => Binding::Creating { create: *create },
+                        Bound::Creating(None) => unreachable!("the creation was asked for"),
+                        Bound::Room(room) => Binding::Room { room: room.clone() },
+                        Bound::Unbound => Binding::Unbound,
+                    };
+                    (label.clone(), binding)
+                })
+                .collect();
+            assert_eq!(
+                *state.bindings(),
+                bindings,
+                "identity {i}'s bindings are not the world's record"
+            );
+            for session in SESSIONS.map(SessionId::from) {
+                assert_eq!(
+                    state.label_of(&session),
+                    self.labels[i].get(&session),
+                    "{session}'s label is not the one it attached with"
+                );
+            }
             assert_eq!(
                 state.last_room(),
                 self.last_room[i].as_ref(),
@@ -3463,7 +4119,8 @@ fn effect_id(effect: &Effect) -> Option<EffectId> {
         | Effect::PostPrompt { id, .. }
         | Effect::SendVerdict { id, .. }
         | Effect::Write { id, .. }
-        | Effect::JoinRoom { id, .. } => Some(*id),
+        | Effect::JoinRoom { id, .. }
+        | Effect::CreateRoom { id, .. } => Some(*id),
         _ => None,
     }
 }
@@ -3507,7 +4164,36 @@ mod tests {
     #[test]
     fn encode_and_decode_agree() {
         let ops = vec![
-            Op::Attach { sess: 0 },
+            Op::Attach {
+                sess: 0,
+                label: None,
+            },
+            Op::Attach {
+                sess: 2,
+                label: Some(1),
+            },
+            Op::Bind {
+                ident: 1,
+                label: 0,
+                room: Some(0x81),
+            },
+            Op::Bind {
+                ident: 0,
+                label: 1,
+                room: None,
+            },
+            Op::Message {
+                to: To::A,
+                who: 0,
+                room: 0x80,
+                msgtype: 0,
+                body: Body::Command(9),
+                rel: Rel::Replace {
+                    target: Ref::event(0),
+                    new: Some(Body::Command(2)),
+                },
+                name: None,
+            },
             Op::Request {
                 sess: 0,
                 wrong: false,
