@@ -1263,15 +1263,12 @@ impl Reached {
 /// drop it, set it to `false` and the target requires the drop.
 pub const HISTORY_REDELIVERED_IS_INPUT: bool = false;
 
-/// A known gap of the core's, reported: what is held for a session inside its
-/// attach grace was routed when it was held, and is pushed when the grace ends as
-/// it is, though the session attached again meanwhile with another label (or none),
-/// or its label's binding changed: an unlabelled session then gets an event of a
-/// label's room, or a labelled one an event of another room. While this is `true`
-/// the world judges such a push by the route it had when the world first saw it
-/// held (and counts it); when the core routes held events again, set it to `false`
-/// and the target requires every push to follow the route at the push.
-pub const HELD_PUSHES_KEEP_THEIR_ROUTE: bool = true;
+/// What is held for a session inside its attach grace is routed again when the
+/// grace ends (the session may have attached again with another label, or its
+/// label's binding changed): `false`, the target requires every push to follow the
+/// route at the push. (This target found the gap; `true` would tolerate a held push
+/// judged by the route it had when first seen held, and count it.)
+pub const HELD_PUSHES_KEEP_THEIR_ROUTE: bool = false;
 
 /// What a person reads in one text of a write: the held ids among `names` must be
 /// caught; `missed` ones may be (a known gap of the core's reading); of a `raw` text
@@ -3831,6 +3828,22 @@ impl World {
                 );
                 self.reached.bindings_changed += 1;
             }
+            Effect::Typing {
+                identity,
+                room,
+                typing: true,
+            } => {
+                // Typing starts or is sent again only in a label's room.
+                let ident = ident_index(identity);
+                assert!(
+                    self.bindings[ident]
+                        .values()
+                        .any(|b| matches!(b, Bound::Room(r) if r == room)),
+                    "typing shown in {room}, which is no label's room ({:?})",
+                    self.bindings[ident]
+                );
+            }
+            Effect::Typing { typing: false, .. } => {}
             Effect::Dropped { reason, .. } => {
                 if *reason == DropReason::ReplyNotToPrompt {
                     self.reached.replies_not_to_prompt += 1;

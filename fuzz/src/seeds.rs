@@ -996,10 +996,10 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
-            // Known gap (`core_ops::HELD_PUSHES_KEEP_THEIR_ROUTE`, found by this
-            // target): S3, attached as `web` and inside its attach grace, is held
-            // Ann's chat of web's room; it attaches again without a label, and the
-            // grace's end pushes it web's room's chat all the same.
+            // Found by this target (`core_ops::HELD_PUSHES_KEEP_THEIR_ROUTE`): S3,
+            // attached as `web` and inside its attach grace, is held Ann's chat of
+            // web's room; it attaches again without a label, and the grace's end
+            // must not push it web's room's chat.
             "held-push-after-relabel",
             vec![
                 attach_as(2, 0),

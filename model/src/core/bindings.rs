@@ -252,6 +252,8 @@ impl IdentityState {
             label,
             room,
         });
+        // A room that is no attached session's room any more shows no typing.
+        self.stop_typing_unattended(out);
     }
 
     /// The identity left `room` (or was kicked or banned): a label bound to it has
@@ -264,6 +266,7 @@ impl IdentityState {
                 label,
                 room: None,
             });
+            self.stop_typing_unattended(out);
         }
     }
 }

@@ -360,7 +360,10 @@ fn the_operator_binds_only_a_joined_room_and_unbinds() {
 
     w.mark();
     w.bind("web", None);
-    assert_eq!(w.trace(), ["bound web -"]);
+    assert_eq!(
+        w.trace(),
+        ["bound web -".to_owned(), format!("typing {R2} off")]
+    );
     let anyone = w.say(ALICE, R1, "anyone");
     assert_eq!(pushed_ids(&w, S1), [anyone]);
 }
@@ -609,4 +612,17 @@ fn what_was_held_for_a_session_that_changed_its_label_during_the_grace_goes_to_i
     w.attach_labelled(S2, "web");
     w.advance(1_000);
     assert_eq!(pushed_ids(&w, S2), [held]);
+}
+
+#[test]
+fn typing_stops_in_a_room_that_stops_being_its_sessions_room() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "working?");
+    w.mark();
+
+    w.bind("web", Some(&room(R2)));
+
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
 }
