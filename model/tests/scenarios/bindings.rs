@@ -49,6 +49,8 @@ fn a_labels_first_attach_creates_its_room_named_after_it_with_the_allowed_sender
         Some(&Binding::Room { room: web.clone() })
     );
     assert_eq!(w.state().room_of(&sid(S1)), Some(&web));
+    assert_eq!(w.state().label_of(&sid(S1)), Some(&label("web")));
+    assert_eq!(w.state().label_of_room(&web), Some(&label("web")));
 }
 
 #[test]
@@ -229,11 +231,8 @@ fn a_failed_creation_is_told_to_the_labels_sessions_and_the_next_attach_tries_ag
             label: label("web")
         }
     )));
-    assert!(w
-        .trace()
-        .iter()
-        .any(|line| line.starts_with("log s1 ")
-            && line.contains("could not create the room for web")));
+    assert!(w.trace().iter().any(|line| line.starts_with("log s1 ")
+        && line.contains("could not create the room for web: the world made it fail.")));
     assert_eq!(w.state().bindings().get(&label("web")), None);
     assert_eq!(w.state().room_of(&sid(S1)), None);
 
