@@ -14,6 +14,7 @@ mod permission_text;
 mod plaintext;
 mod relations;
 mod replay;
+mod session_rooms;
 mod restart;
 mod shutdown;
 mod stdio;

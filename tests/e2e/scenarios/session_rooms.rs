@@ -1,0 +1,126 @@
+//! Session rooms (issue 26, docs/decisions/0026-session-rooms.md): two HTTP channel
+//! sessions of one identity bring the labels `web` and `api` (`/channel?room=…`). The
+//! server creates a room for each label, encrypted, named after it and inviting the
+//! identity's allowed sender; the human (the encrypting nio client, as the rooms are
+//! encrypted) joins both. A message in web's room reaches only the web session; the
+//! api session's permission request is posted in api's room and says `from api`;
+//! `yes <id>` there answers the api session only. The identity has no
+//! `permission_room`, so a prompt goes to its session's room, and `verdict_devices =
+//! "any"` (nio's device is not cross-signed).
+
+use crate::harness::expect::{
+    assert_push, assert_verdict, message, permission_request, Origin, CHANNEL, PERMISSION,
+    PERMISSION_REQUEST,
+};
+use crate::harness::fixture::{HUMAN_NAME, IDENTITY, SETTLE_MS};
+use crate::harness::homeserver::register;
+use crate::harness::mcp::McpClient;
+use crate::harness::nio::NioHuman;
+use crate::harness::scenario_permit;
+use crate::harness::server::{Identity, Server, ServerConfig};
+use crate::harness::{QUIET, WAIT};
+use serde_json::json;
+use std::time::Instant;
+
+/// The room the server created for `label`, once the identity is joined to it
+/// (`list_rooms` of the identity's `/mcp` client, by the room's name).
+async fn room_of(tools: &McpClient, label: &str) -> String {
+    let name = format!("Claude Code: {label}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let rooms = tools.call_ok("list_rooms", json!({})).await;
+        let found = rooms["joined"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|room| room["name"] == name.as_str());
+        if let Some(room) = found {
+            assert_eq!(room["encrypted"], true, "{room}");
+            return room["room_id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room named {name} within {WAIT:?}: {rooms}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_labelled_sessions_each_get_their_own_room_its_messages_and_its_prompts_verdicts() {
+    let _permit = scenario_permit().await;
+    let bot = register("bot").await;
+    let human = NioHuman::register("human", Some(HUMAN_NAME)).await;
+    let mut identity = Identity::new(IDENTITY, &bot, &[&human.user_id]);
+    identity.settle_ms = Some(SETTLE_MS);
+    // nio has no cross-signing: its verdicts count with `any` (encrypted.rs).
+    identity.verdict_devices = Some("any");
+    let server = Server::start(ServerConfig {
+        identities: vec![identity],
+        ..ServerConfig::default()
+    })
+    .await;
+    let token = server.token(IDENTITY);
+    let channel = |label: &str| format!("{}?room={label}", server.url("/channel"));
+    let web = McpClient::spawn("web").await;
+    web.connect(&channel("web"), token).await;
+    let api = McpClient::spawn("api").await;
+    api.connect(&channel("api"), token).await;
+    let tools = McpClient::spawn("tools").await;
+    tools.connect(&server.url("/mcp"), token).await;
+
+    let web_room = room_of(&tools, "web").await;
+    let api_room = room_of(&tools, "api").await;
+    assert_ne!(web_room, api_room);
+    for room in [&web_room, &api_room] {
+        human.join(room).await;
+        human.wait_joined(room, &bot.user_id).await;
+    }
+
+    // A message in web's room reaches the web session only.
+    let sent = human.send_text(&web_room, "run the web tests").await;
+    assert!(sent.encrypted, "{sent:?}");
+    let got = web.next_notification(WAIT).await;
+    let origin = Origin {
+        room: web_room.clone(),
+        event_id: sent.event_id.clone(),
+        sender: human.user_id.clone(),
+        user: HUMAN_NAME.to_owned(),
+        ts: human.raw.ts(&web_room, &sent.event_id).await,
+    };
+    assert_push(&got, &message("run the web tests", &origin));
+    api.expect_no_notification(QUIET).await;
+
+    // send_message without room_id goes to the session's own room.
+    web.call_ok("send_message", json!({ "text": "web here" }))
+        .await;
+    let said = human
+        .wait_message(&web_room, &bot.user_id, "web here")
+        .await;
+    assert!(said.encrypted, "{said:?}");
+
+    // The api session's prompt is posted in api's room and says who asks.
+    let id = "qwzxk";
+    api.notify(
+        PERMISSION_REQUEST,
+        permission_request(id, "Bash", "List files", r#"{"command": "ls"}"#),
+    )
+    .await;
+    let prompt = human
+        .wait_message(&api_room, &bot.user_id, "from api (session ")
+        .await;
+    assert!(
+        prompt.body.as_deref().unwrap_or_default().contains(id),
+        "{prompt:?}"
+    );
+    human.send_text(&api_room, &format!("yes {id}")).await;
+    let verdict = loop {
+        let n = api.next_notification(WAIT).await;
+        if n.method == PERMISSION {
+            break n;
+        }
+        assert_eq!(n.method, CHANNEL, "{n:?}");
+    };
+    assert_verdict(&verdict, id, "allow");
+    web.expect_no_notification(QUIET).await;
+}
