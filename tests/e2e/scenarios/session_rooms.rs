@@ -17,7 +17,8 @@ use crate::harness::homeserver::register;
 use crate::harness::mcp::McpClient;
 use crate::harness::nio::NioHuman;
 use crate::harness::scenario_permit;
-use crate::harness::server::{Identity, Server, ServerConfig};
+use crate::harness::fixture::Fixture;
+use crate::harness::server::{binary, Identity, Server, ServerConfig};
 use crate::harness::{QUIET, WAIT};
 use serde_json::json;
 use std::time::Instant;
@@ -123,4 +124,47 @@ async fn two_labelled_sessions_each_get_their_own_room_its_messages_and_its_prom
     };
     assert_verdict(&verdict, id, "allow");
     web.expect_no_notification(QUIET).await;
+}
+
+/// `matrix-channel stdio` takes its label from Claude Code's `CLAUDE_CODE_SESSION_ID`
+/// (sent as the `Matrix-Channel-Room` header): the label's room is created; `--room`
+/// wins over it, and a `--room` that is no label stops the bridge at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_session_brings_claude_codes_session_id_as_its_label_unless_room_is_given() {
+    let f = Fixture::start(|_| {}).await;
+    f.server.pin_listen();
+    let tools = McpClient::spawn("tools").await;
+    tools
+        .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
+        .await;
+    let args = crate::scenarios::stdio::stdio_args(&f.server);
+    let session_id = "0f8e6c1a-5b2d-4c3e-9a7f-1d2e3f4a5b6c";
+    let env = json!({ "RUST_LOG": "info", "NO_COLOR": "1", "CLAUDE_CODE_SESSION_ID": session_id });
+
+    let resumed = McpClient::spawn("stdio-env").await;
+    resumed
+        .connect_stdio(binary(), &args, env.clone())
+        .await
+        .unwrap_or_else(|e| panic!("connect over stdio: {e}"));
+    resumed.wait_stderr("the event stream is open", WAIT).await;
+    room_of(&tools, session_id).await;
+
+    let named = McpClient::spawn("stdio-room").await;
+    let mut with_room = args.clone();
+    with_room.extend(["--room".to_owned(), "docs".to_owned()]);
+    named
+        .connect_stdio(binary(), &with_room, env.clone())
+        .await
+        .unwrap_or_else(|e| panic!("connect over stdio: {e}"));
+    named.wait_stderr("the event stream is open", WAIT).await;
+    room_of(&tools, "docs").await;
+
+    let refused = McpClient::spawn("stdio-bad-room").await;
+    let mut bad = args;
+    bad.extend(["--room".to_owned(), "a/b".to_owned()]);
+    assert!(
+        refused.connect_stdio(binary(), &bad, env).await.is_err(),
+        "a --room that is no label ends the bridge before initialize"
+    );
+    refused.wait_stderr("--room: a room label has the character '/'", WAIT).await;
 }
