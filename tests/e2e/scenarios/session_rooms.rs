@@ -12,12 +12,12 @@ use crate::harness::expect::{
     assert_push, assert_verdict, message, permission_request, Origin, CHANNEL, PERMISSION,
     PERMISSION_REQUEST,
 };
+use crate::harness::fixture::Fixture;
 use crate::harness::fixture::{HUMAN_NAME, IDENTITY, SETTLE_MS};
 use crate::harness::homeserver::register;
 use crate::harness::mcp::McpClient;
 use crate::harness::nio::NioHuman;
 use crate::harness::scenario_permit;
-use crate::harness::fixture::Fixture;
 use crate::harness::server::{binary, Identity, Server, ServerConfig};
 use crate::harness::{QUIET, WAIT};
 use serde_json::json;
@@ -166,5 +166,7 @@ async fn a_stdio_session_brings_claude_codes_session_id_as_its_label_unless_room
         refused.connect_stdio(binary(), &bad, env).await.is_err(),
         "a --room that is no label ends the bridge before initialize"
     );
-    refused.wait_stderr("--room: a room label has the character '/'", WAIT).await;
+    refused
+        .wait_stderr("--room: a room label has the character '/'", WAIT)
+        .await;
 }
