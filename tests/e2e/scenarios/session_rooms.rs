@@ -100,6 +100,19 @@ async fn two_labelled_sessions_each_get_their_own_room_its_messages_and_its_prom
         .await;
     assert!(said.encrypted, "{said:?}");
 
+    // On /mcp no session has a room: room_id is required.
+    let refused = tools
+        .call("send_message", json!({ "text": "where to?" }))
+        .await
+        .expect("a tool result");
+    assert_eq!(refused["isError"], true, "{refused}");
+    let error = &refused["structuredContent"]["error"];
+    assert_eq!(error["kind"], "invalid_params", "{refused}");
+    assert!(
+        error["message"].as_str().unwrap().contains("room_id is required"),
+        "{refused}"
+    );
+
     // The api session's prompt is posted in api's room and says who asks.
     let id = "qwzxk";
     api.notify(
