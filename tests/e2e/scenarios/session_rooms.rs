@@ -109,7 +109,10 @@ async fn two_labelled_sessions_each_get_their_own_room_its_messages_and_its_prom
     let error = &refused["structuredContent"]["error"];
     assert_eq!(error["kind"], "invalid_params", "{refused}");
     assert!(
-        error["message"].as_str().unwrap().contains("room_id is required"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("room_id is required"),
         "{refused}"
     );
 
