@@ -41,6 +41,12 @@ enum Command {
     Stdio {
         #[arg(long)]
         identity: String,
+        /// The session's room label (A-Z a-z 0-9 . _ -, at most 64): one room per
+        /// label, created on its first session. Default: CLAUDE_CODE_SESSION_ID, which
+        /// Claude Code gives its stdio servers (ignored with a warning when it is no
+        /// label); without either, the session has no label.
+        #[arg(long)]
+        room: Option<String>,
     },
     /// Log an identity in to its homeserver with a password, once, and set up
     /// cross-signing for the account if it has none (so clients that share room keys
@@ -235,11 +241,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let _ = std::io::stdout().flush();
             std::process::exit(stopped.exit_code())
         }
-        Command::Stdio { identity } => {
+        Command::Stdio { identity, room } => {
             let config = load(&cli.config)?;
             init_logs(&config.log);
             known_identity(&config, &identity)?;
-            let code = mc_server::stdio::run(&config, &identity).await?;
+            let env = std::env::var(mc_adapters::room_label::SESSION_ID_ENV).ok();
+            let (label, warning) =
+                mc_adapters::room_label::stdio_label(room.as_deref(), env.as_deref())
+                    .map_err(|e| anyhow!("--room: {e}"))?;
+            if let Some(warning) = warning {
+                tracing::warn!("{warning}");
+            }
+            let code = mc_server::stdio::run(&config, &identity, label).await?;
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
             // Not a return: the runtime would wait for the blocking stdin reader.
@@ -359,5 +372,26 @@ async fn main() -> std::process::ExitCode {
             eprintln!("matrix-channel: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stdio_room(args: &[&str]) -> Option<String> {
+        let mut argv = vec!["matrix-channel", "stdio", "--identity", "bot"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Stdio { room, .. } => room,
+            _ => panic!("not stdio"),
+        }
+    }
+
+    #[test]
+    fn stdio_takes_a_room_flag_and_none_without_it() {
+        assert_eq!(stdio_room(&["--room", "web"]).as_deref(), Some("web"));
+        assert_eq!(stdio_room(&["--room=api"]).as_deref(), Some("api"));
+        assert_eq!(stdio_room(&[]), None);
     }
 }

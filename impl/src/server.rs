@@ -184,6 +184,34 @@ impl Wire for LiveWire {
             .map_err(|e| e.to_string())
     }
 
+    async fn create_room(
+        &self,
+        identity: &IdentityId,
+        name: &str,
+        invite: &[mc_model::UserId],
+    ) -> Result<RoomId, String> {
+        let identity = self
+            .identities
+            .get(identity.as_str())
+            .ok_or_else(|| format!("unknown identity {identity}"))?;
+        let invite = invite
+            .iter()
+            .map(|user| {
+                matrix_sdk::ruma::OwnedUserId::try_from(user.as_str())
+                    .map_err(|e| format!("invitee {user}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // The identity's store holds an Olm account: it encrypts (`e2e-encryption`
+        // is always built in; a client without one would send in the clear).
+        let encrypted = identity.client.encryption().ed25519_key().await.is_some();
+        let room = identity
+            .client
+            .create_room(create_room_request(name, invite, encrypted))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(RoomId(room.room_id().to_string()))
+    }
+
     async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError> {
         let identity = self
             .identities
@@ -210,6 +238,32 @@ impl Wire for LiveWire {
             .await
             .map_err(|e| e.to_string())
     }
+}
+
+/// The request that creates a label's room (Client-Server API "Creation"): the
+/// `private_chat` preset (invite only, shared history), named `name`, `invite`
+/// invited, and with `encrypted` an `m.room.encryption` of matrix-sdk's recommended
+/// defaults (`m.megolm.v1.aes-sha2`) in its initial state, so no event of the room
+/// is ever plain.
+pub fn create_room_request(
+    name: &str,
+    invite: Vec<matrix_sdk::ruma::OwnedUserId>,
+    encrypted: bool,
+) -> matrix_sdk::ruma::api::client::room::create_room::v3::Request {
+    use matrix_sdk::ruma::api::client::room::create_room::v3::{Request, RoomPreset};
+    use matrix_sdk::ruma::events::room::encryption::RoomEncryptionEventContent;
+    use matrix_sdk::ruma::events::InitialStateEvent;
+    let mut request = Request::new();
+    request.name = Some(name.to_owned());
+    request.invite = invite;
+    request.preset = Some(RoomPreset::PrivateChat);
+    if encrypted {
+        request.initial_state = vec![InitialStateEvent::with_empty_state_key(
+            RoomEncryptionEventContent::with_recommended_defaults(),
+        )
+        .to_raw_any()];
+    }
+    request
 }
 
 /// The content of a permission prompt: `m.text` with `body` and the HTML
@@ -460,6 +514,38 @@ mod tests {
     use axum::body::Body;
     use axum::http::{header, Request, StatusCode};
     use tower::ServiceExt as _;
+
+    #[test]
+    fn a_labels_room_is_private_named_inviting_and_encrypted_from_its_first_event() {
+        let alice = matrix_sdk::ruma::OwnedUserId::try_from("@alice:hs").unwrap();
+        let request = create_room_request("Claude Code: web", vec![alice.clone()], true);
+        assert_eq!(request.name.as_deref(), Some("Claude Code: web"));
+        assert_eq!(request.invite, [alice]);
+        assert_eq!(
+            request.preset,
+            Some(matrix_sdk::ruma::api::client::room::create_room::v3::RoomPreset::PrivateChat)
+        );
+        assert!(!request.is_direct);
+        let state: Vec<Value> = request
+            .initial_state
+            .iter()
+            .map(|raw| raw.deserialize_as_unchecked::<Value>().unwrap())
+            .collect();
+        assert_eq!(
+            state,
+            [serde_json::json!({
+                "type": "m.room.encryption",
+                "state_key": "",
+                "content": {
+                    "algorithm": "m.megolm.v1.aes-sha2",
+                    "rotation_period_ms": 604_800_000,
+                    "rotation_period_msgs": 100,
+                },
+            })]
+        );
+        let plain = create_room_request("Claude Code: web", vec![], false);
+        assert!(plain.initial_state.is_empty());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn health_is_behind_the_host_and_origin_guard_like_the_mcp_mounts() {

@@ -120,6 +120,9 @@ struct Bridge {
     http: reqwest::Client,
     url: String,
     token: String,
+    /// The session's room label, sent as the `Matrix-Channel-Room` header (the server
+    /// reads it from the request that creates the session).
+    label: Option<mc_model::Label>,
     session: Mutex<Session>,
     out: mpsc::UnboundedSender<String>,
     fatal: mpsc::UnboundedSender<String>,
@@ -129,7 +132,11 @@ struct Bridge {
 /// exit code: 0 after stdin closed or a signal, 1 when the session was lost.
 /// Errors (exit 1, the message on stderr): `serve` is not running, does not answer,
 /// or the token store cannot be used.
-pub async fn run(config: &Config, identity: &str) -> anyhow::Result<i32> {
+pub async fn run(
+    config: &Config,
+    identity: &str,
+    label: Option<mc_model::Label>,
+) -> anyhow::Result<i32> {
     let dir = &config.store_dir;
     match StoreLock::holder(dir)? {
         Some(holder) => tracing::debug!(%holder, "the store is held"),
@@ -167,6 +174,7 @@ pub async fn run(config: &Config, identity: &str) -> anyhow::Result<i32> {
         http,
         url: format!("{base}/channel"),
         token,
+        label,
         session: Mutex::new(Session::default()),
         out: out_tx,
         fatal: fatal_tx,
@@ -288,6 +296,10 @@ impl Bridge {
         }
         if let Some(v) = protocol.and_then(|p| p.parse().ok()) {
             headers.insert("mcp-protocol-version", v);
+        }
+        // A label is visible ASCII: always a valid header value.
+        if let Some(v) = self.label.as_ref().and_then(|l| l.as_str().parse().ok()) {
+            headers.insert(mc_adapters::room_label::ROOM_HEADER, v);
         }
         headers
     }
@@ -693,6 +705,28 @@ impl Bridge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_labelled_bridge_sends_its_label_in_the_room_header_and_an_unlabelled_one_none() {
+        let (out, _lines) = mpsc::unbounded_channel();
+        let (fatal, _fatal) = mpsc::unbounded_channel();
+        let bridge = |label: Option<&str>| Bridge {
+            http: reqwest::Client::new(),
+            url: String::new(),
+            token: String::new(),
+            label: label.map(|l| mc_model::Label::parse(l).unwrap()),
+            session: Mutex::default(),
+            out: out.clone(),
+            fatal: fatal.clone(),
+        };
+        let headers = bridge(Some("web-1")).headers(Some("2025-11-25"));
+        assert_eq!(headers["matrix-channel-room"], "web-1");
+        assert_eq!(headers["mcp-protocol-version"], "2025-11-25");
+        assert!(bridge(None)
+            .headers(None)
+            .get("matrix-channel-room")
+            .is_none());
+    }
 
     #[test]
     fn an_sse_event_is_a_line_when_its_data_is_json_and_nothing_when_it_primes() {

@@ -177,10 +177,13 @@ CREATE TABLE IF NOT EXISTS matrix_sessions (
     identity TEXT PRIMARY KEY,
     json TEXT NOT NULL
 );
+-- `label`: the room label the session brought (docs/protocol.md), or NULL; added to
+-- older stores by `migrate`.
 CREATE TABLE IF NOT EXISTS mcp_sessions (
     id TEXT PRIMARY KEY,
     identity TEXT NOT NULL,
-    mount TEXT NOT NULL
+    mount TEXT NOT NULL,
+    label TEXT
 );
 CREATE TABLE IF NOT EXISTS mcp_session_states (
     id TEXT PRIMARY KEY,
@@ -227,6 +230,18 @@ pub fn token_id(token: &str) -> String {
     hex(&token_hash(token)[..6])
 }
 
+/// Brings a store made by an older version to [`SCHEMA`]: `mcp_sessions.label`
+/// (its sessions keep no label).
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let has_label = conn
+        .prepare("SELECT 1 FROM pragma_table_info('mcp_sessions') WHERE name = 'label'")?
+        .exists([])?;
+    if !has_label {
+        conn.execute_batch("ALTER TABLE mcp_sessions ADD COLUMN label TEXT")?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) the database in `dir`.
     /// Errors: the directory cannot be created or the database cannot be opened.
@@ -251,6 +266,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             dir: dir.to_path_buf(),
@@ -379,19 +395,35 @@ impl Store {
         Ok(())
     }
 
-    /// Binds an MCP session id to the identity and mount that created it.
+    /// Binds an MCP session id to the identity and mount that created it, and the
+    /// room label it brought (`None`: none). A session already bound keeps what it has.
     pub fn bind_mcp_session(
         &self,
         id: &str,
         identity: &str,
         mount: &str,
+        label: Option<&str>,
     ) -> Result<(), StoreError> {
         self.conn().execute(
-            "INSERT INTO mcp_sessions (id, identity, mount) VALUES (?1, ?2, ?3)
+            "INSERT INTO mcp_sessions (id, identity, mount, label) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (id) DO NOTHING",
-            params![id, identity, mount],
+            params![id, identity, mount, label],
         )?;
         Ok(())
+    }
+
+    /// The room label an MCP session brought when it was created; `None` for none or
+    /// an unknown session.
+    pub fn mcp_session_label(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT label FROM mcp_sessions WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )
+            .optional()?
+            .flatten())
     }
 
     /// `(identity, mount)` an MCP session is bound to.
@@ -688,7 +720,12 @@ mod tests {
             store.save_model("{\"a\":1}").unwrap();
             store.save_model("{\"a\":2}").unwrap();
             store.save_matrix_session("bot", "{}").unwrap();
-            store.bind_mcp_session("s1", "bot", "channel").unwrap();
+            store
+                .bind_mcp_session("s1", "bot", "channel", Some("web"))
+                .unwrap();
+            store
+                .bind_mcp_session("s2", "bot", "channel", None)
+                .unwrap();
             store.set_mcp_session_state("s1", "{\"x\":1}").unwrap();
         }
         let store = Store::open(dir.path()).unwrap();
@@ -703,15 +740,58 @@ mod tests {
             store.mcp_session_state("s1").unwrap().as_deref(),
             Some("{\"x\":1}")
         );
+        assert_eq!(
+            store.mcp_session_label("s1").unwrap().as_deref(),
+            Some("web")
+        );
+        assert_eq!(store.mcp_session_label("s2").unwrap(), None);
         store.delete_mcp_session("s1").unwrap();
         assert_eq!(store.mcp_session_owner("s1").unwrap(), None);
+        assert_eq!(store.mcp_session_label("s1").unwrap(), None);
+    }
+
+    #[test]
+    fn a_store_made_before_session_labels_opens_and_its_sessions_have_no_label() {
+        let dir = tempdir::Dir::new();
+        {
+            let conn = Connection::open(dir.path().join("matrix-channel.sqlite3")).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE mcp_sessions (id TEXT PRIMARY KEY, identity TEXT NOT NULL, \
+                 mount TEXT NOT NULL);
+                 INSERT INTO mcp_sessions VALUES ('old', 'bot', 'channel');",
+            )
+            .unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.mcp_session_owner("old").unwrap(),
+            Some(("bot".to_string(), "channel".to_string()))
+        );
+        assert_eq!(store.mcp_session_label("old").unwrap(), None);
+        store
+            .bind_mcp_session("new", "bot", "channel", Some("web"))
+            .unwrap();
+        assert_eq!(
+            store.mcp_session_label("new").unwrap().as_deref(),
+            Some("web")
+        );
+        drop(store);
+        Store::open(dir.path()).expect("a migrated store opens again");
     }
 
     #[test]
     fn a_session_binding_is_never_overwritten() {
         let (_dir, store) = store();
-        store.bind_mcp_session("s1", "bot", "channel").unwrap();
-        store.bind_mcp_session("s1", "evil", "mcp").unwrap();
+        store
+            .bind_mcp_session("s1", "bot", "channel", Some("web"))
+            .unwrap();
+        store
+            .bind_mcp_session("s1", "evil", "mcp", Some("api"))
+            .unwrap();
+        assert_eq!(
+            store.mcp_session_label("s1").unwrap().as_deref(),
+            Some("web")
+        );
         assert_eq!(
             store.mcp_session_owner("s1").unwrap(),
             Some(("bot".to_string(), "channel".to_string()))

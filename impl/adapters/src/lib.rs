@@ -22,6 +22,7 @@ pub mod gap;
 pub mod jsonrpc;
 pub mod origin;
 pub mod params;
+pub mod room_label;
 pub mod split;
 pub mod stdio;
 pub mod summary;

@@ -26,6 +26,8 @@ pub(super) struct FakeWire {
     /// The next notification to each of these sessions fails, once.
     pub(super) fail_once: Mutex<Vec<String>>,
     pub(super) write_fails: Mutex<bool>,
+    /// Room creations fail while set.
+    pub(super) create_fails: Mutex<bool>,
     /// The next notification to this session waits for a permit of the semaphore.
     pub(super) gate: Mutex<Option<(String, Arc<tokio::sync::Semaphore>)>>,
 }
@@ -134,6 +136,23 @@ impl Wire for FakeWire {
             .push(format!("typing {identity} {room} {typing}"));
         Ok(())
     }
+    /// Records `create <identity> <name> <invitees>` and answers `!created-<n>:hs`,
+    /// `n` counting the creations so far.
+    async fn create_room(
+        &self,
+        identity: &IdentityId,
+        name: &str,
+        invite: &[UserId],
+    ) -> Result<RoomId, String> {
+        let invite: Vec<&str> = invite.iter().map(|u| u.0.as_str()).collect();
+        let mut calls = self.calls.lock().unwrap();
+        calls.push(format!("create {identity} {name} {}", invite.join(",")));
+        if *self.create_fails.lock().unwrap() {
+            return Err("the homeserver is down".into());
+        }
+        let n = calls.iter().filter(|c| c.starts_with("create ")).count();
+        Ok(RoomId(format!("!created-{n}:hs")))
+    }
     async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String> {
         self.calls
             .lock()
@@ -180,6 +199,24 @@ pub(super) fn attach(session: &str) -> Input {
         session: SessionId(session.into()),
         label: None,
     }
+}
+
+/// `session` attaches with the room label `label`.
+pub(super) fn attach_labelled(session: &str, label: &str) -> Input {
+    Input::Attach {
+        identity: id(),
+        session: SessionId(session.into()),
+        label: Some(mc_model::Label::parse(label).unwrap()),
+    }
+}
+
+/// [`say`] in `room`.
+pub(super) fn say_in(room: &str, event: &str, body: &str) -> Input {
+    let mut input = say(event, body);
+    if let Input::Message { message, .. } = &mut input {
+        message.room = RoomId(room.into());
+    }
+    input
 }
 
 /// A `permission_request` for Bash from `session`.

@@ -35,7 +35,7 @@ use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
     AgentWrite, Channel, DropReason, EventId, IdentityId, Input, PromptText, RoomId, SessionId,
-    Timestamp,
+    Timestamp, UserId,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -92,6 +92,19 @@ pub trait Wire: Send + Sync + 'static {
         room: &RoomId,
         typing: bool,
     ) -> Result<(), String>;
+    /// Creates a room as the identity for a label (`Effect::CreateRoom`): private,
+    /// named `name`, `invite` invited, end-to-end encrypted from its first event when
+    /// the identity can encrypt. Returns the new room's id. A wire that creates no
+    /// rooms (the default) fails every creation.
+    async fn create_room(
+        &self,
+        identity: &IdentityId,
+        name: &str,
+        invite: &[UserId],
+    ) -> Result<RoomId, String> {
+        let _ = (identity, name, invite);
+        Err("this wire creates no rooms".to_owned())
+    }
     /// Performs an agent's write that the model let through, exactly as given.
     async fn write(&self, identity: &IdentityId, write: &AgentWrite) -> Result<Written, ToolError>;
     /// Sends an MCP logging message (`notifications/message`, level `warning`) to

@@ -300,14 +300,35 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     }),
                 );
             }
-            // TODO(issue 26): create the room through the wire.
-            Effect::CreateRoom { id, .. } => {
-                let outcome = Outcome::Failed {
-                    reason: "creating rooms is not built yet".to_owned(),
-                };
-                let _ = self
-                    .tx
-                    .send(Command::Input(Box::new(Input::Completed { id, outcome })));
+            Effect::CreateRoom {
+                id,
+                identity,
+                label,
+                name,
+                invite,
+            } => {
+                let wire = self.wire.clone();
+                let tx = self.tx.clone();
+                // The label's own lane: no room exists yet, and one label's creation
+                // is never in flight twice.
+                let (who, at) = (identity.clone(), RoomId(format!("create {label}")));
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        let outcome = match wire.create_room(&identity, &name, &invite).await {
+                            Ok(room) => {
+                                tracing::info!(%identity, %label, %room, "created a room");
+                                Outcome::Created { room }
+                            }
+                            Err(reason) => {
+                                tracing::warn!(%identity, %label, "creating a room failed: {reason}");
+                                Outcome::Failed { reason }
+                            }
+                        };
+                        let _ = tx.send(Command::Input(Box::new(Input::Completed { id, outcome })));
+                    }),
+                );
             }
             Effect::Bound {
                 identity,
@@ -413,6 +434,65 @@ mod tests {
         assert_eq!(in_flight, 0, "the Sent outcome was fed back");
         // Restarted, Attach, the message and the push's outcome.
         assert_eq!(engine.stats().inputs, 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_labels_room_is_created_through_the_wire_and_then_receives_that_labels_events() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach_labelled("s-web", "web")).unwrap();
+        engine.submit(attach("s-plain")).unwrap();
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
+        assert_eq!(calls, [format!("create bot Claude Code: web {ALICE}")]);
+        let bound = engine
+            .read(|c| {
+                c.identity(&id())
+                    .unwrap()
+                    .room_of(&SessionId("s-web".into()))
+                    .cloned()
+            })
+            .await
+            .unwrap();
+        assert_eq!(bound, Some(RoomId("!created-1:hs".into())));
+
+        engine
+            .submit(say_in("!created-1:hs", "$web", "to web"))
+            .unwrap();
+        engine.submit(say("$plain", "to the rest")).unwrap();
+        settle(&engine).await;
+        assert_eq!(
+            pushed(&wire),
+            [
+                ("s-web".to_owned(), json!("$web")),
+                ("s-plain".to_owned(), json!("$plain")),
+            ]
+        );
+
+        // A second session of the label shares the room: no second creation.
+        engine.submit(attach_labelled("s-web-2", "web")).unwrap();
+        settle(&engine).await;
+        assert_eq!(wire.calls.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_room_creation_that_fails_is_told_to_the_labels_session() {
+        let wire = Arc::new(FakeWire::default());
+        *wire.create_fails.lock().unwrap() = true;
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        engine.submit(attach_labelled("s-web", "web")).unwrap();
+        settle(&engine).await;
+        let calls = wire.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert!(
+            calls[1].starts_with("log s-web ") && calls[1].contains("the homeserver is down"),
+            "{calls:?}"
+        );
+        let bindings = engine
+            .read(|c| c.identity(&id()).unwrap().bindings().len())
+            .await
+            .unwrap();
+        assert_eq!(bindings, 0, "the label waits for its next attach");
     }
 
     #[tokio::test(start_paused = true)]

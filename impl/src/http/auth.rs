@@ -78,7 +78,10 @@ pub const TOKEN_RECHECK: Duration = Duration::from_secs(2);
 /// token (401 with `WWW-Authenticate` otherwise); a request naming an MCP session
 /// must come from that session's identity and mount (404 otherwise: to anyone else
 /// the session does not exist). A new session is bound to the caller when rmcp
-/// answers its `initialize` with an `Mcp-Session-Id`.
+/// answers its `initialize` with an `Mcp-Session-Id`, with the room label the
+/// request brought ([`mc_adapters::room_label::http_label`]: the `room` query
+/// parameter or the `Matrix-Channel-Room` header, on `/channel` only); a request
+/// without a session id whose label is refused gets 400 and a JSON-RPC error.
 ///
 /// A token is checked on every request, and a streaming response (an SSE event
 /// stream, which lives as long as the client stays) ends within
@@ -118,6 +121,24 @@ pub async fn authenticate(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    // The room label is read when the request creates a session (no session id).
+    let label = match session {
+        Some(_) => None,
+        None => {
+            let header = req
+                .headers()
+                .get(mc_adapters::room_label::ROOM_HEADER)
+                .map(HeaderValue::as_bytes);
+            match mc_adapters::room_label::http_label(
+                req.uri().query(),
+                header,
+                mount == Mount::Channel,
+            ) {
+                Ok(label) => label,
+                Err(refusal) => return label_refused(req, &refusal).await,
+            }
+        }
+    };
     if let Some(session) = &session {
         match state.store.mcp_session_owner(session) {
             Ok(Some((owner, owner_mount))) => {
@@ -152,7 +173,11 @@ pub async fn authenticate(
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
         {
-            if let Err(e) = state.store.bind_mcp_session(new, &identity, mount.as_str()) {
+            let label = label.as_ref().map(mc_model::Label::as_str);
+            if let Err(e) = state
+                .store
+                .bind_mcp_session(new, &identity, mount.as_str(), label)
+            {
                 tracing::error!("binding session {new} failed: {e}");
             }
         }
@@ -184,6 +209,32 @@ pub async fn authenticate(
         chunk
     });
     Response::from_parts(parts, axum::body::Body::from_stream(body))
+}
+
+/// 400 with a JSON-RPC error (-32602, the refusal as its message, the id of the
+/// request when the body is one) for a session-creating request whose room label is
+/// refused: no session is created.
+async fn label_refused(req: Request, refusal: &mc_adapters::room_label::Refusal) -> Response {
+    tracing::info!("refused a new session: {refusal}");
+    let body = axum::body::to_bytes(req.into_body(), super::MAX_BODY_BYTES)
+        .await
+        .unwrap_or_default();
+    let id = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|message| message.get("id").cloned())
+        .unwrap_or(serde_json::Value::Null);
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": mc_adapters::jsonrpc::INVALID_PARAMS,
+                "message": refusal.to_string(),
+            },
+        })),
+    )
+        .into_response()
 }
 
 fn shutting_down() -> Response {
@@ -289,6 +340,116 @@ mod tests {
                 .await
                 .status(),
             StatusCode::NOT_FOUND
+        );
+    }
+
+    /// A POST creating a session on `path`, with `header` as its room header and an
+    /// `initialize` request (id 7) as its body.
+    async fn create(app: &axum::Router, token: &str, path: &str, header: Option<&str>) -> Response {
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("authorization", format!("Bearer {token}"));
+        if let Some(value) = header {
+            req = req.header("Matrix-Channel-Room", value);
+        }
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "initialize"});
+        tower::ServiceExt::oneshot(
+            app.clone(),
+            req.body(axum::body::Body::from(body.to_string())).unwrap(),
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn json_of(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_channel_session_keeps_the_label_of_its_header_else_of_its_query() {
+        for (path, header, label) in [
+            ("/channel?room=web-app", None, Some("web-app")),
+            ("/channel", Some("api"), Some("api")),
+            ("/channel?room=web", Some("api"), Some("api")),
+            ("/channel?other=1", None, None),
+        ] {
+            let store = store();
+            let app = app(store.clone());
+            let token = store.create_token("a", "").unwrap();
+            let response = create(&app, &token, path, header).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path} {header:?}");
+            assert_eq!(
+                store.mcp_session_label("new-1").unwrap().as_deref(),
+                label,
+                "{path} {header:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_label_that_is_refused_gets_400_with_a_json_rpc_error_and_no_session() {
+        for (path, header, says) in [
+            (
+                "/channel?room=a%20b",
+                None,
+                "only A-Z a-z 0-9 . _ - are allowed",
+            ),
+            ("/channel?room=web", Some("a/b"), "'/'"),
+            ("/channel?room=", None, "empty"),
+            ("/mcp?room=web", None, "only on /channel"),
+            ("/mcp", Some("web"), "only on /channel"),
+        ] {
+            let store = store();
+            let app = app(store.clone());
+            let token = store.create_token("a", "").unwrap();
+            let response = create(&app, &token, path, header).await;
+            assert_eq!(
+                response.status(),
+                StatusCode::BAD_REQUEST,
+                "{path} {header:?}"
+            );
+            let answer = json_of(response).await;
+            assert_eq!(answer["id"], 7, "{answer}");
+            assert_eq!(answer["error"]["code"], -32602, "{answer}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(says), "{path} {header:?}: {message}");
+            assert_eq!(store.mcp_session_owner("new-1").unwrap(), None);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_label_is_read_only_when_a_session_is_created() {
+        let store = store();
+        let app = app(store.clone());
+        let token = store.create_token("a", "").unwrap();
+        assert_eq!(
+            create(&app, &token, "/channel?room=web", None)
+                .await
+                .status(),
+            StatusCode::OK
+        );
+        let mut req = Request::builder()
+            .method("POST")
+            .uri("/channel?room=a%20b")
+            .header("authorization", format!("Bearer {token}"))
+            .header("mcp-session-id", "new-1");
+        req = req.header("Matrix-Channel-Room", "x/y");
+        let later =
+            tower::ServiceExt::oneshot(app.clone(), req.body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+        assert_eq!(
+            later.status(),
+            StatusCode::OK,
+            "a later request's label is not read"
+        );
+        assert_eq!(
+            store.mcp_session_label("new-1").unwrap().as_deref(),
+            Some("web")
         );
     }
 

@@ -407,7 +407,7 @@ mod tests {
     /// `revision` (2025-03-26 takes batches).
     fn session_of_revision(revision: &str) -> Store {
         let store = store();
-        store.bind_mcp_session("s1", "a", "channel").unwrap();
+        store.bind_mcp_session("s1", "a", "channel", None).unwrap();
         let params: rmcp::model::InitializeRequestParams =
             serde_json::from_value(serde_json::json!({
                 "protocolVersion": revision,

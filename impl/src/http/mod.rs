@@ -21,7 +21,7 @@ mod health_route;
 mod stores;
 mod streams;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use auth::{authenticate, AuthState, TOKEN_RECHECK};
 pub use body::{jsonrpc_body, BodyState, MAX_BODY_BYTES};

@@ -7,7 +7,7 @@ use super::{Mount, Peers, SqliteEventStore};
 use crate::engine::EngineHandle;
 use crate::store::Store;
 use futures::{Stream, StreamExt};
-use mc_model::{IdentityId, Input, SessionId};
+use mc_model::{IdentityId, Input, Label, SessionId};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, SessionError,
@@ -65,6 +65,21 @@ impl StreamTracker {
         }
     }
 
+    /// The room label `session` brought when it was created (checked then; a stored
+    /// text that is no label, which only a hand-edited store holds, counts as none).
+    fn label_of(&self, session: &str) -> Option<Label> {
+        let text = match self.store.mcp_session_label(session) {
+            Ok(text) => text?,
+            Err(e) => {
+                tracing::error!(%session, "reading the session's room label failed: {e}");
+                return None;
+            }
+        };
+        Label::parse(&text)
+            .inspect_err(|e| tracing::warn!(%session, "the stored room label is ignored: {e}"))
+            .ok()
+    }
+
     fn opened(self: &Arc<Self>, session: &str) -> Option<StreamGuard> {
         let identity = self.identity_of(session)?;
         let first = {
@@ -77,7 +92,7 @@ impl StreamTracker {
             let _ = self.engine.submit(Input::Attach {
                 identity: IdentityId(identity.clone()),
                 session: SessionId(session.to_string()),
-                label: None,
+                label: self.label_of(session),
             });
         }
         Some(StreamGuard {
@@ -319,6 +334,44 @@ mod tests {
     fn content(event: &ServerSseMessage) -> String {
         let json = serde_json::to_value(event.message.as_deref().unwrap()).unwrap();
         json["params"]["content"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_channel_sessions_first_stream_attaches_it_with_the_label_it_was_created_with() {
+        let store = store();
+        store
+            .bind_mcp_session("web", "bot", "channel", Some("web"))
+            .unwrap();
+        store
+            .bind_mcp_session("plain", "bot", "channel", None)
+            .unwrap();
+        store.bind_mcp_session("tools", "bot", "mcp", None).unwrap();
+        let mut channel = mc_model::Channel::new();
+        channel
+            .add_identity(
+                IdentityId("bot".into()),
+                mc_model::IdentityConfig::new(mc_model::UserId("@bot:hs".into()), []),
+            )
+            .unwrap();
+        let (engine, _task) = crate::engine::spawn(
+            channel,
+            Arc::new(super::super::testing::NoWire::default()),
+            crate::engine::NoPersist,
+            crate::engine::now_ms,
+        );
+        let tracker = Arc::new(StreamTracker::new(store, engine.clone(), Peers::default()));
+        let _web = tracker.opened("web").expect("a channel session");
+        let _plain = tracker.opened("plain").expect("a channel session");
+        assert!(tracker.opened("tools").is_none(), "not a channel session");
+        let seen = engine
+            .read(|c| {
+                let bot = c.identity(&IdentityId("bot".into())).unwrap();
+                let label = |s: &str| bot.label_of(&SessionId(s.into())).cloned();
+                (label("web"), label("plain"), bot.sessions().len())
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen, (Some(Label::parse("web").unwrap()), None, 2));
     }
 
     /// A manager over `events`, as `serve` builds it (no engine).

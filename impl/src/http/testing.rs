@@ -104,8 +104,8 @@ pub(super) async fn call_method(
 /// A wire on which every Matrix send and push fails; it records the log messages
 /// the model sends to sessions (the `/health` tests only read the engine).
 #[derive(Default)]
-pub(super) struct NoWire {
-    pub(super) logs: Mutex<Vec<(String, String)>>,
+pub(crate) struct NoWire {
+    pub(crate) logs: Mutex<Vec<(String, String)>>,
 }
 
 #[async_trait::async_trait]

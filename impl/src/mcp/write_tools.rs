@@ -49,7 +49,9 @@ fn model_room(room: &Room) -> RoomId {
 
 #[derive(Deserialize, JsonSchema)]
 pub struct SendMessageArgs {
-    pub room_id: String,
+    /// The room. Without it, on /channel: this session's own room (its label's room,
+    /// or for a session without one, where an allowed sender last wrote).
+    pub room_id: Option<String>,
     /// Markdown. Over about 32 KB it is sent as several events, split on paragraphs.
     pub text: String,
     /// Reply to this event (a rich reply; in a thread, a reply within the thread).
@@ -153,11 +155,53 @@ pub struct Invited {
     pub invited: String,
 }
 
+impl McpServer {
+    /// The channel session a request belongs to: its `Mcp-Session-Id` on /channel,
+    /// `None` on /mcp.
+    fn channel_session(&self, parts: &http::request::Parts) -> Option<SessionId> {
+        match self.mount {
+            crate::http::Mount::Channel => parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(|s| SessionId(s.to_string())),
+            crate::http::Mount::Tools => None,
+        }
+    }
+}
+
+/// The room `session` of `identity` lives in, as the model says
+/// (`IdentityState::room_of`): what `send_message` without `room_id` sends to.
+/// Errors (`invalid_params`): no channel session (on /mcp), or a session that has no
+/// room yet; `upstream`: the engine has stopped.
+async fn own_room(
+    engine: &crate::engine::EngineHandle,
+    identity: IdentityId,
+    session: Option<SessionId>,
+) -> Result<String, ToolError> {
+    let Some(session) = session else {
+        return Err(ToolError::Invalid(
+            "room_id is required: only a /channel session has a room of its own".into(),
+        ));
+    };
+    let room = engine
+        .read(move |channel| {
+            channel
+                .identity(&identity)
+                .and_then(|state| state.room_of(&session))
+                .cloned()
+        })
+        .await
+        .map_err(upstream)?;
+    room.map(|room| room.0)
+        .ok_or_else(|| ToolError::Invalid("this session has no room yet: pass room_id".into()))
+}
+
 #[tool_router(router = write_tools, vis = "pub(super)")]
 impl McpServer {
     #[tool(
         title = "Send a message",
-        description = "Send a markdown message (rendered to HTML). Optional reply_to (event id) and thread_root. Long text is split on paragraph boundaries into several events. Returns event_ids.",
+        description = "Send a markdown message (rendered to HTML). Without room_id, on /channel: this session's own room. Optional reply_to (event id) and thread_root. Long text is split on paragraph boundaries into several events. Returns event_ids.",
         annotations(
             read_only_hint = false,
             destructive_hint = false,
@@ -170,8 +214,16 @@ impl McpServer {
         Extension(parts): Extension<http::request::Parts>,
         Parameters(args): Parameters<SendMessageArgs>,
     ) -> Result<Json<Sent>, Failure> {
+        let session = self.channel_session(&parts);
         self.run(&parts, "send_message", move |identity| async move {
-            let room = joined(identity, &args.room_id)?;
+            let room_id = match args.room_id {
+                Some(room_id) => room_id,
+                None => {
+                    let id = IdentityId(identity.name.clone());
+                    own_room(&self.app.engine, id, session).await?
+                }
+            };
+            let room = joined(identity, &room_id)?;
             let state = room.encryption_state();
             let budget = if state.is_encrypted() || state.is_unknown() {
                 MAX_ENCRYPTED_CONTENT_BYTES
@@ -330,14 +382,7 @@ impl McpServer {
     ) -> Result<Json<Acknowledged>, Failure> {
         // On /channel the ack names its session; on /mcp it is the identity's agent
         // acknowledging outside any channel session.
-        let session = match self.mount {
-            crate::http::Mount::Channel => parts
-                .headers
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-                .map(|s| SessionId(s.to_string())),
-            crate::http::Mount::Tools => None,
-        };
+        let session = self.channel_session(&parts);
         self.run(&parts, "acknowledge", move |identity| async move {
             let event_id = parse_event(&args.event_id)?;
             let id = IdentityId(identity.name.clone());
@@ -457,5 +502,73 @@ impl McpServer {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mc_model::{Input, Label};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_without_a_room_goes_to_the_sessions_room_once_it_has_one() {
+        crate::testing::start_paused_clock();
+        let bot = IdentityId("bot".into());
+        let mut channel = mc_model::Channel::new();
+        channel
+            .add_identity(
+                bot.clone(),
+                mc_model::IdentityConfig::new(UserId("@bot:hs".into()), []),
+            )
+            .unwrap();
+        let (engine, _task) = crate::engine::spawn(
+            channel,
+            std::sync::Arc::new(crate::http::testing::NoWire::default()),
+            crate::engine::NoPersist,
+            crate::testing::paused_clock,
+        );
+        let web = Label::parse("web").unwrap();
+        let session = Some(SessionId("s-web".into()));
+        engine
+            .submit(Input::Membership {
+                identity: bot.clone(),
+                room: RoomId("!r:hs".into()),
+                event_id: None,
+                user: UserId("@bot:hs".into()),
+                membership: mc_model::Membership::Joined,
+            })
+            .unwrap();
+        engine
+            .submit(Input::Attach {
+                identity: bot.clone(),
+                session: session.clone().unwrap(),
+                label: Some(web.clone()),
+            })
+            .unwrap();
+        crate::testing::idle().await;
+        // This wire creates no room: the label has none yet.
+        let err = own_room(&engine, bot.clone(), session.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ToolError::Invalid("this session has no room yet: pass room_id".into())
+        );
+        engine
+            .submit(Input::Bind {
+                identity: bot.clone(),
+                label: web,
+                room: Some(RoomId("!r:hs".into())),
+            })
+            .unwrap();
+        assert_eq!(
+            own_room(&engine, bot.clone(), session).await.unwrap(),
+            "!r:hs"
+        );
+        let err = own_room(&engine, bot, None).await.unwrap_err();
+        assert!(
+            matches!(&err, ToolError::Invalid(m) if m.contains("room_id is required")),
+            "{err:?}"
+        );
     }
 }

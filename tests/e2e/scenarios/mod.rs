@@ -15,6 +15,7 @@ mod plaintext;
 mod relations;
 mod replay;
 mod restart;
+mod session_rooms;
 mod shutdown;
 mod stdio;
 mod stream;
