@@ -126,7 +126,8 @@ alphabet! {
 /// here until the alphabet has an action for it.
 pub fn kind_of(input: &Input) -> ActionKind {
     match input {
-        // TODO(issue 26): bind and unbind actions.
+        // The operator's bind has no action of its own yet (issue 26: conformance of
+        // session rooms is not built); it is an attach's kin, a session-side input.
         Input::Attach { .. } | Input::Bind { .. } => ActionKind::Attach,
         Input::Detach { .. } => ActionKind::Detach,
         Input::Message { .. } => ActionKind::Message,

@@ -268,11 +268,13 @@ impl World {
                 None
             }
             // The join succeeds; the homeserver's sync then delivers the join event.
-            // TODO(issue 26): the engine does not create rooms yet.
+            // The world attaches no labelled session, so the model asks for no room;
+            // were it to, the in-process wire creates none (`Wire::create_room`'s
+            // default). Labelled sessions in conformance: not built yet (issue 26).
             Effect::CreateRoom { id, .. } => Some(Input::Completed {
                 id,
                 outcome: mc_model::Outcome::Failed {
-                    reason: "creating rooms is not built yet".to_owned(),
+                    reason: "this wire creates no rooms".to_owned(),
                 },
             }),
             Effect::Bound { .. } | Effect::Typing { .. } => None,

@@ -155,6 +155,37 @@ pub fn readme_connect_lines() -> [String; 2] {
     [lines[0].to_owned(), lines[1].to_owned()]
 }
 
+/// The `claude mcp add` lines of docs/sessions.md, one per project (the `cd DIR &&`
+/// before each dropped): what the fleet scenario runs, each in its own session.
+pub fn sessions_add_lines() -> Vec<String> {
+    let doc = std::fs::read_to_string(repo_root().join("docs/sessions.md"))
+        .expect("read docs/sessions.md");
+    let lines: Vec<String> = doc
+        .lines()
+        .filter_map(|l| l.trim().split_once("&& claude mcp add "))
+        .map(|(_, rest)| format!("claude mcp add {rest}"))
+        .collect();
+    assert!(
+        lines.len() >= 2,
+        "docs/sessions.md shows two projects: {lines:#?}"
+    );
+    let [readme_add, _] = readme_connect_lines();
+    for line in &lines {
+        // The README's line with a label on the URL, nothing else changed.
+        let label = line
+            .split_once("?room=")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(label, _)| label)
+            .unwrap_or_else(|| panic!("a quoted URL with `?room=<label>`: {line}"));
+        assert!(!label.is_empty(), "{line}");
+        let unlabelled = line
+            .replace(&format!("?room={label}"), "")
+            .replace(&format!("\"{README_URL}\""), README_URL);
+        assert_eq!(unlabelled, readme_add, "{line}");
+    }
+    lines
+}
+
 /// The README's lines with the URL and the token put in, as argument vectors
 /// (`claude` first).
 fn connect_commands(url: &str, token: &str) -> [Vec<String>; 2] {
@@ -192,6 +223,25 @@ impl Claude {
         let mut claude = Claude::prepare(version, server, model).await;
         let [add, _] = connect_commands(&server.url("/channel"), server.token(identity));
         claude.run_add(&add);
+        claude.configure();
+        claude.launch().await;
+        claude
+    }
+
+    /// Like [`Claude::start`], with `add` (a `claude mcp add` line of the docs, the
+    /// README's URL and token in it) instead of the README's.
+    pub async fn start_with(
+        version: &'static str,
+        server: &Server,
+        identity: &str,
+        model: &FakeModel,
+        add: &str,
+    ) -> Claude {
+        let mut claude = Claude::prepare(version, server, model).await;
+        let add = add
+            .replace(README_URL, &server.url("/channel"))
+            .replace(README_TOKEN, server.token(identity));
+        claude.run_add(&shell_words(&add));
         claude.configure();
         claude.launch().await;
         claude

@@ -8,8 +8,8 @@ use crate::harness::claude::{
     channel_tag, channel_tags, readme_connect_lines, Claude, NEWEST, OLDER,
 };
 use crate::harness::expect::{
-    briefed, message, outcome_html, outcome_plain, prompt_html, prompt_plain, push, replayed,
-    Answer,
+    asker, briefed, message, outcome_html, outcome_plain, prompt_html, prompt_plain, push,
+    replayed, Answer,
 };
 use crate::harness::fake_model::{
     is_main, last_user, text_of, tool_result_text, tool_results, FakeModel, Recorded, Reply,
@@ -272,14 +272,15 @@ async fn bash_runs_after_yes_and_is_denied_after_no(version: &'static str) {
         let (file, command) = ask_for_bash_touch(&f, &model, &work, &marker, &description).await;
         let (prompt, id) = prompt_containing(&f, &marker).await;
         let preview = bash_preview(version, &command, &description);
+        let who = asker(prompt["content"]["body"].as_str().unwrap_or_default(), &id);
         assert_eq!(
             prompt["content"]["body"],
-            prompt_plain(&id, "Bash", &description, &preview),
+            prompt_plain(&id, &who, "Bash", &description, &preview),
             "{prompt}"
         );
         assert_eq!(
             prompt["content"]["formatted_body"],
-            prompt_html(&id, "Bash", &description, &preview),
+            prompt_html(&id, &who, "Bash", &description, &preview),
             "{prompt}"
         );
         assert!(
@@ -735,6 +736,28 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
         tokens.contains("stdio (pid "),
         "the bridge's token: {tokens}"
     );
+    // The bridge brought Claude Code's session id as the session's label, and the
+    // label got a room of its own; the person binds the fixture's room to it instead
+    // (`bind <label>`), so the rest of the scenario happens there.
+    let tools = crate::harness::mcp::McpClient::spawn("tools").await;
+    tools
+        .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
+        .await;
+    let (_, label) = crate::scenarios::session_rooms::created_room(&tools, |_| true).await;
+    assert_eq!(
+        label.len(),
+        36,
+        "the label is Claude Code's session id: {label}"
+    );
+    let bind = f.human.send_text(&f.room, &format!("bind {label}")).await;
+    f.human
+        .wait_for_event(&f.room, "the bind's notice", |e| {
+            e["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] == bind.as_str()
+                && e["content"]["body"]
+                    .as_str()
+                    .is_some_and(|b| b.contains(&format!("now the room of {label}")))
+        })
+        .await;
 
     let marker = format!("over-stdio-{}", random_suffix());
     let body = format!("hello over stdio ({marker})");
@@ -753,10 +776,12 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
     let (file, command) =
         ask_for_bash_touch(&f, &model, &claude.workdir(), &run, &description).await;
     let (prompt, id) = prompt_containing(&f, &run).await;
+    let who = asker(prompt["content"]["body"].as_str().unwrap_or_default(), &id);
     assert_eq!(
         prompt["content"]["body"],
         prompt_plain(
             &id,
+            &who,
             "Bash",
             &description,
             &bash_preview(NEWEST, &command, &description)

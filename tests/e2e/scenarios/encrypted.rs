@@ -10,7 +10,7 @@
 //! `m.room.encrypted`; nio decrypts them to the exact text.
 
 use crate::harness::expect::{
-    assert_push, assert_verdict, message, outcome_html, outcome_plain, permission_request,
+    asker, assert_push, assert_verdict, message, outcome_html, outcome_plain, permission_request,
     prompt_html, prompt_plain, push, Answer, PERMISSION_REQUEST,
 };
 use crate::harness::nio::{assert_decrypted, NioFixture, NioHuman};
@@ -210,14 +210,15 @@ async fn in_an_encrypted_room_prompts_and_outcomes_are_ciphertext_and_a_yes_or_a
     assert_decrypted(&prompt);
     f.assert_stored_encrypted(&prompt.event_id, bot).await;
     assert_eq!(prompt.content["msgtype"], "m.text", "{:?}", prompt.raw);
+    let who = asker(prompt.body.as_deref().unwrap_or_default(), id);
     assert_eq!(
         prompt.body.as_deref(),
-        Some(prompt_plain(id, TOOL, DESCRIPTION, PREVIEW).as_str())
+        Some(prompt_plain(id, &who, TOOL, DESCRIPTION, PREVIEW).as_str())
     );
     assert_eq!(prompt.content["format"], "org.matrix.custom.html");
     assert_eq!(
         prompt.content["formatted_body"],
-        prompt_html(id, TOOL, DESCRIPTION, PREVIEW)
+        prompt_html(id, &who, TOOL, DESCRIPTION, PREVIEW)
     );
 
     // The human's encrypted "yes <id>" allows, once.

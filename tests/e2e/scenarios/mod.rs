@@ -5,6 +5,7 @@ mod attacks;
 mod auth;
 mod chat;
 mod claude_code;
+mod claude_fleet;
 mod config_check;
 mod cross_signing;
 mod encrypted;

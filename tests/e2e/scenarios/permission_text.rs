@@ -4,7 +4,7 @@
 //! gives nothing more, and each prompt message is edited to its outcome.
 
 use crate::harness::expect::{
-    assert_push, assert_verdict, message, outcome_html, outcome_plain, permission_request,
+    asker, assert_push, assert_verdict, message, outcome_html, outcome_plain, permission_request,
     prompt_html, prompt_plain, Answer, PERMISSION_REQUEST,
 };
 use crate::harness::fixture::Fixture;
@@ -32,14 +32,16 @@ async fn a_prompt_is_answered_by_the_humans_yes_or_no_once_and_never_by_a_strang
     let prompt = f.wait_prompt(id).await;
     let content = &prompt["content"];
     assert_eq!(content["msgtype"], "m.text", "{prompt}");
+    let who = asker(content["body"].as_str().unwrap_or_default(), id);
+    assert!(who.starts_with("session "), "an unlabelled session: {who}");
     assert_eq!(
         content["body"],
-        prompt_plain(id, TOOL, DESCRIPTION, PREVIEW)
+        prompt_plain(id, &who, TOOL, DESCRIPTION, PREVIEW)
     );
     assert_eq!(content["format"], "org.matrix.custom.html");
     assert_eq!(
         content["formatted_body"],
-        prompt_html(id, TOOL, DESCRIPTION, PREVIEW)
+        prompt_html(id, &who, TOOL, DESCRIPTION, PREVIEW)
     );
     let prompt_id = prompt["event_id"].as_str().unwrap().to_owned();
     human.send_text(room, &format!("yes {id}")).await;

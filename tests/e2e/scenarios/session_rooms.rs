@@ -25,8 +25,18 @@ use std::time::Instant;
 
 /// The room the server created for `label`, once the identity is joined to it
 /// (`list_rooms` of the identity's `/mcp` client, by the room's name).
-async fn room_of(tools: &McpClient, label: &str) -> String {
+pub(crate) async fn room_of(tools: &McpClient, label: &str) -> String {
     let name = format!("Claude Code: {label}");
+    let (room, _) = created_room(tools, |found| found == name).await;
+    room
+}
+
+/// The first room the server created for a label whose name `pick` accepts, once
+/// the identity is joined to it: its id and its label.
+pub(crate) async fn created_room(
+    tools: &McpClient,
+    pick: impl Fn(&str) -> bool,
+) -> (String, String) {
     let deadline = Instant::now() + WAIT;
     loop {
         let rooms = tools.call_ok("list_rooms", json!({})).await;
@@ -34,14 +44,20 @@ async fn room_of(tools: &McpClient, label: &str) -> String {
             .as_array()
             .into_iter()
             .flatten()
-            .find(|room| room["name"] == name.as_str());
+            .find(|room| {
+                room["name"]
+                    .as_str()
+                    .is_some_and(|name| name.starts_with("Claude Code: ") && pick(name))
+            });
         if let Some(room) = found {
             assert_eq!(room["encrypted"], true, "{room}");
-            return room["room_id"].as_str().unwrap().to_owned();
+            let name = room["name"].as_str().unwrap_or_default();
+            let label = name.trim_start_matches("Claude Code: ").to_owned();
+            return (room["room_id"].as_str().unwrap().to_owned(), label);
         }
         assert!(
             Instant::now() < deadline,
-            "no room named {name} within {WAIT:?}: {rooms}"
+            "no room created for a label within {WAIT:?}: {rooms}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
