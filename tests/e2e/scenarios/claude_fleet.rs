@@ -82,7 +82,8 @@ async fn wait_typing(f: &Fixture, room: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn newest_two_sessions_each_in_their_room_get_their_messages_and_prompts_only() {
-    let f = Fixture::start(|_| {}).await;
+    // No permission_room: each prompt goes to its session's room.
+    let f = Fixture::start(|c| c.identities[0].permission_room = None).await;
     let lines = sessions_add_lines();
     let label_of = |line: &str| {
         line.split_once("?room=")
