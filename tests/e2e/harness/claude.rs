@@ -397,6 +397,15 @@ impl Claude {
         cmd
     }
 
+    /// Launches the README's second line followed by `extra` (for example
+    /// `--resume <session id>`), as [`Claude::launch`] does.
+    pub async fn launch_with(&mut self, extra: &[&str]) {
+        let plain = self.launch.clone();
+        self.launch.extend(extra.iter().map(|a| (*a).to_owned()));
+        self.launch().await;
+        self.launch = plain;
+    }
+
     /// Launches the README's second line in a new tmux session, accepts the
     /// development-channels dialog and waits until the channel registered.
     pub async fn launch(&mut self) {

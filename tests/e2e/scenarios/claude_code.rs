@@ -720,7 +720,8 @@ async fn newest_a_thumbs_up_on_the_prompt_lets_bash_run_after_the_settle_window(
 /// message reaches the model as one tag, the session's first (so briefed), and a Bash
 /// call runs after `yes <id>` in Matrix. While it runs, the bridge's own token is
 /// listed; no HTTP server is configured in this Claude Code, so all of it went
-/// through stdio.
+/// through stdio. The session's label is Claude Code's session id: the person binds
+/// the room to it, and after `claude --resume <id>` the session is in that room again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes() {
     let f = Fixture::start(|_| {}).await;
@@ -730,7 +731,7 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
         "command": "matrix-channel",
         "args": crate::scenarios::stdio::stdio_args(&f.server),
     });
-    let claude = Claude::start_stdio(NEWEST, &f.server, entry, &model).await;
+    let mut claude = Claude::start_stdio(NEWEST, &f.server, entry, &model).await;
     let tokens = crate::scenarios::stdio::token_list(&f.server).await;
     assert!(
         tokens.contains("stdio (pid "),
@@ -798,4 +799,29 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
         "the model's tool result after yes: {result}"
     );
     assert!(file.exists(), "{}: Bash ran after yes", file.display());
+
+    // `claude --resume <id>`: the bridge brings the same session id, so the resumed
+    // session lands in the same room (no new room is created) and gets its messages.
+    claude.stop().await;
+    claude.launch_with(&["--resume", &label]).await;
+    let back = format!("after-resume-{}", random_suffix());
+    f.human
+        .send_text(&f.room, &format!("still there? ({back})"))
+        .await;
+    request_with(&model, &back).await;
+    let rooms = tools.call_ok("list_rooms", json!({})).await;
+    let created = rooms["joined"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("Claude Code: "))
+        })
+        .count();
+    assert_eq!(
+        created, 1,
+        "the resumed session got no second room: {rooms}"
+    );
 }
