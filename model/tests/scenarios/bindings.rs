@@ -625,3 +625,15 @@ fn typing_stops_in_a_room_that_stops_being_its_sessions_room() {
 
     assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
 }
+
+#[test]
+fn the_default_typing_cap_is_ten_minutes_and_an_older_config_gets_it() {
+    let mut config = mc_model::IdentityConfig::new(BOT.into(), [ALICE.into()]);
+    assert_eq!(config.typing_cap_ms, 600_000);
+    assert_eq!(mc_model::config::DEFAULT_TYPING_CAP_MS, 600_000);
+    config.typing_cap_ms = 0;
+    let mut json = serde_json::to_value(&config).unwrap();
+    json.as_object_mut().unwrap().remove("typing_cap_ms");
+    let read: mc_model::IdentityConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(read.typing_cap_ms, 600_000);
+}
