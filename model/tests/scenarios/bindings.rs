@@ -637,3 +637,15 @@ fn the_default_typing_cap_is_ten_minutes_and_an_older_config_gets_it() {
     let read: mc_model::IdentityConfig = serde_json::from_value(json).unwrap();
     assert_eq!(read.typing_cap_ms, 600_000);
 }
+
+#[test]
+fn the_agents_own_bind_is_its_own_event_and_binds_nothing() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    w.mark();
+
+    let own = w.say(BOT, R1, "bind web");
+
+    assert_eq!(w.drops(), [(Some(own), DropReason::OwnEvent)]);
+    assert_eq!(w.state().room_of(&sid(S1)), Some(&label_room("web")));
+}
