@@ -469,10 +469,23 @@ mod tests {
             ]
         );
 
+        // The push reached the web session: the identity shows typing in its room
+        // (and in no other).
+        let calls = wire.calls.lock().unwrap().clone();
+        let typing: Vec<&String> = calls.iter().filter(|c| c.starts_with("typing ")).collect();
+        assert_eq!(typing, ["typing bot !created-1:hs true"]);
+
         // A second session of the label shares the room: no second creation.
         engine.submit(attach_labelled("s-web-2", "web")).unwrap();
         settle(&engine).await;
-        assert_eq!(wire.calls.lock().unwrap().len(), 1);
+        let creations = wire
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.starts_with("create "))
+            .count();
+        assert_eq!(creations, 1);
     }
 
     #[tokio::test(start_paused = true)]
