@@ -389,6 +389,18 @@ impl Adapter for Real {
                 None => {
                     let mcp = McpClient::spawn(&format!("{session:?}")).await;
                     let connected = mcp.connect(&url, &token).await;
+                    // A prompt names who asks by the first characters of its MCP
+                    // session id (`prompt_text::Asker`): the server's id is not the
+                    // world's.
+                    let shown = |id: &str| {
+                        let short: String = id
+                            .chars()
+                            .take(mc_model::prompt_text::SESSION_CHARS)
+                            .collect();
+                        format!("session {short}")
+                    };
+                    self.to_sym
+                        .insert(shown(&connected.session_id), shown(session.id().as_str()));
                     self.sessions.insert(
                         *session,
                         Client {

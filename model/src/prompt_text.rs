@@ -70,16 +70,19 @@ impl Asker<'_> {
     }
 }
 
-/// The prompt posted for `request`: who asks (when `asker` is known), the tool,
-/// the description, the input preview, then the instruction line with the request
-/// id, in plain text and HTML.
+/// The prompt posted for `request`: who asks (a labelled session: its label and
+/// short session id; an unlabelled one is not named, as before session rooms), the
+/// tool, the description, the input preview, then the instruction line with the
+/// request id, in plain text and HTML.
 pub fn render_prompt(
     config: &IdentityConfig,
     request: &PermissionRequest,
     asker: Option<Asker<'_>>,
 ) -> PromptText {
     let id = request.request_id.as_str();
-    let who = asker.map(|asker| asker.name());
+    let who = asker
+        .filter(|asker| asker.label.is_some())
+        .map(|asker| asker.name());
     let from_plain = who
         .as_ref()
         .map(|who| format!(" from {who}"))

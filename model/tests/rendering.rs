@@ -81,8 +81,7 @@ fn long_prompt_fields_are_clipped_and_the_instruction_survives() {
     assert_eq!(
         text.plain,
         format!(
-            "🔐 Permission request vwxyz from session 5f0c2d9e: Claude Code wants to run \
-             {tool}\n{description}\n\
+            "🔐 Permission request vwxyz: Claude Code wants to run {tool}\n{description}\n\
              Input: {preview}\n\nReply \"yes vwxyz\" to allow or \"no vwxyz\" to deny, \
              or react ✅ 👍 / ❌ 👎."
         )

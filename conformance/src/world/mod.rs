@@ -236,9 +236,13 @@ impl Sess {
     pub fn id(self) -> SessionId {
         SessionId(
             match self {
-                Sess::S1 => "s1",
-                Sess::S2 => "s2",
-                Sess::S3 => "s3",
+                // As long as a prompt shows of a session id (8 characters,
+                // `prompt_text::SESSION_CHARS`), like the server's MCP session ids:
+                // the real adapter renames one to the other, and a text clipped after
+                // it (a reply's quote of the prompt) is clipped at the same place.
+                Sess::S1 => "s1-00000",
+                Sess::S2 => "s2-00000",
+                Sess::S3 => "s3-00000",
             }
             .to_owned(),
         )

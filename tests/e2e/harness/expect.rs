@@ -154,22 +154,30 @@ fn html(text: &str) -> String {
 
 /// The prompt's `body` (`model/src/prompt_text.rs`, `render_prompt`), for fields short
 /// enough not to be clipped and free of format characters.
-pub fn prompt_plain(id: &str, who: &str, tool: &str, description: &str, preview: &str) -> String {
+pub fn prompt_plain(
+    id: &str,
+    who: Option<&str>,
+    tool: &str,
+    description: &str,
+    preview: &str,
+) -> String {
+    let from = who.map(|w| format!(" from {w}")).unwrap_or_default();
     format!(
-        "\u{1F510} Permission request {id} from {who}: Claude Code wants to run {tool}\n{description}\nInput: {preview}\n\n{}",
+        "\u{1F510} Permission request {id}{from}: Claude Code wants to run {tool}\n{description}\nInput: {preview}\n\n{}",
         instruction(id)
     )
 }
 
-/// Who asks, as the prompt's `body` names it (`render_prompt`): `session XXXXXXXX`,
-/// or `LABEL (session XXXXXXXX)`, with the first 8 characters of the MCP session id
-/// (the test does not know the id the server gave the session). Panics on another
-/// shape.
-pub fn asker(body: &str, id: &str) -> String {
-    let head = format!("\u{1F510} Permission request {id} from ");
+/// Who asks, as the prompt's `body` names it (`render_prompt`): a labelled session
+/// as `LABEL (session XXXXXXXX)`, the first 8 characters of its MCP session id (the
+/// test does not know the id the server gave the session); `None` for a session
+/// without a label, which the prompt does not name. Panics on another shape.
+pub fn asker(body: &str, id: &str) -> Option<String> {
+    let head = format!("\u{1F510} Permission request {id}");
     let rest = body
         .strip_prefix(&head)
         .unwrap_or_else(|| panic!("a prompt for {id} starts {head:?}: {body:?}"));
+    let rest = rest.strip_prefix(" from ")?;
     let who = &rest[..rest
         .find(": Claude Code wants to run ")
         .unwrap_or_else(|| panic!("the prompt names who asks: {body:?}"))];
@@ -187,24 +195,30 @@ pub fn asker(body: &str, id: &str) -> String {
             );
             short
         }
-        None => who
-            .strip_prefix("session ")
-            .unwrap_or_else(|| panic!("`session <id>` or `<label> (session <id>)`: {who:?}")),
+        None => panic!("`<label> (session <id>)`: {who:?}"),
     };
     assert_eq!(
         short.chars().count(),
         8,
         "8 characters of the session id: {who:?}"
     );
-    who.to_owned()
+    Some(who.to_owned())
 }
 
 /// The prompt's `formatted_body`.
-pub fn prompt_html(id: &str, who: &str, tool: &str, description: &str, preview: &str) -> String {
+pub fn prompt_html(
+    id: &str,
+    who: Option<&str>,
+    tool: &str,
+    description: &str,
+    preview: &str,
+) -> String {
+    let from = who
+        .map(|w| format!(" from <b>{}</b>", html(w)))
+        .unwrap_or_default();
     format!(
-        "<p>\u{1F510} Permission request <code>{id}</code> from <b>{}</b>: Claude Code wants to run <b>{}</b></p>\
+        "<p>\u{1F510} Permission request <code>{id}</code>{from}: Claude Code wants to run <b>{}</b></p>\
          <p>{}</p><pre><code>{}</code></pre><p>{}</p>",
-        html(who),
         html(tool),
         html(description),
         escape(preview),

@@ -275,12 +275,12 @@ async fn bash_runs_after_yes_and_is_denied_after_no(version: &'static str) {
         let who = asker(prompt["content"]["body"].as_str().unwrap_or_default(), &id);
         assert_eq!(
             prompt["content"]["body"],
-            prompt_plain(&id, &who, "Bash", &description, &preview),
+            prompt_plain(&id, who.as_deref(), "Bash", &description, &preview),
             "{prompt}"
         );
         assert_eq!(
             prompt["content"]["formatted_body"],
-            prompt_html(&id, &who, "Bash", &description, &preview),
+            prompt_html(&id, who.as_deref(), "Bash", &description, &preview),
             "{prompt}"
         );
         assert!(
@@ -782,7 +782,7 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
         prompt["content"]["body"],
         prompt_plain(
             &id,
-            &who,
+            who.as_deref(),
             "Bash",
             &description,
             &bash_preview(NEWEST, &command, &description)

@@ -147,7 +147,7 @@ async fn newest_two_sessions_each_in_their_room_get_their_messages_and_prompts_o
         .chars()
         .take(5)
         .collect();
-    let who = asker(body, &id);
+    let who = asker(body, &id).expect("a labelled session is named");
     assert!(
         who.starts_with(&format!("{api_label} (session ")),
         "the prompt names api: {who}"

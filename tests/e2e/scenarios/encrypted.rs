@@ -213,12 +213,12 @@ async fn in_an_encrypted_room_prompts_and_outcomes_are_ciphertext_and_a_yes_or_a
     let who = asker(prompt.body.as_deref().unwrap_or_default(), id);
     assert_eq!(
         prompt.body.as_deref(),
-        Some(prompt_plain(id, &who, TOOL, DESCRIPTION, PREVIEW).as_str())
+        Some(prompt_plain(id, who.as_deref(), TOOL, DESCRIPTION, PREVIEW).as_str())
     );
     assert_eq!(prompt.content["format"], "org.matrix.custom.html");
     assert_eq!(
         prompt.content["formatted_body"],
-        prompt_html(id, &who, TOOL, DESCRIPTION, PREVIEW)
+        prompt_html(id, who.as_deref(), TOOL, DESCRIPTION, PREVIEW)
     );
 
     // The human's encrypted "yes <id>" allows, once.
