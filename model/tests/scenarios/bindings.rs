@@ -649,3 +649,23 @@ fn the_agents_own_bind_is_its_own_event_and_binds_nothing() {
     assert_eq!(w.drops(), [(Some(own), DropReason::OwnEvent)]);
     assert_eq!(w.state().room_of(&sid(S1)), Some(&label_room("web")));
 }
+
+#[test]
+fn leaving_a_sessions_room_stops_the_typing_shown_there() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "working?");
+    w.mark();
+
+    w.input(mc_model::Input::Membership {
+        identity: WORK.into(),
+        room: web.clone(),
+        event_id: None,
+        user: BOT.into(),
+        membership: mc_model::Membership::Left,
+    });
+    w.drive();
+
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+}
