@@ -171,7 +171,9 @@ impl McpServer {
 }
 
 /// The room `session` of `identity` lives in, as the model says
-/// (`IdentityState::room_of`): what `send_message` without `room_id` sends to.
+/// (`IdentityState::room_of`): what `send_message` without `room_id` sends to. A
+/// read of the model's own rule, not a decision of the server's: the write it fills
+/// in is judged by the model as every write is.
 /// Errors (`invalid_params`): no channel session (on /mcp), or a session that has no
 /// room yet; `upstream`: the engine has stopped.
 async fn own_room(

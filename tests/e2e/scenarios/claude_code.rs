@@ -99,13 +99,23 @@ async fn older_a_persons_message_reaches_the_model_as_one_channel_tag_and_a_stra
     a_persons_message_reaches_the_model_as_one_channel_tag_and_a_strangers_never(OLDER).await;
 }
 
-/// The prompt the identity posted for a request whose text contains `needle`, as the
-/// human's client sees it; returns the event and its request id.
+/// The prompt the identity posted in the fixture's room for a request whose text
+/// contains `needle`, as the human's client sees it; returns the event and its
+/// request id.
 async fn prompt_containing(f: &Fixture, needle: &str) -> (serde_json::Value, String) {
+    prompt_in(f, &f.room, needle).await
+}
+
+/// [`prompt_containing`] in `room`.
+pub(crate) async fn prompt_in(
+    f: &Fixture,
+    room: &str,
+    needle: &str,
+) -> (serde_json::Value, String) {
     let bot = f.bot.user_id.clone();
     let prompt = f
         .human
-        .wait_for_event(&f.room, &format!("the prompt naming {needle}"), |e| {
+        .wait_for_event(room, &format!("the prompt naming {needle}"), |e| {
             e["sender"] == bot.as_str()
                 && e["content"]["m.relates_to"]["rel_type"] != "m.replace"
                 && e["content"]["body"].as_str().is_some_and(|b| {

@@ -131,22 +131,8 @@ async fn newest_two_sessions_each_in_their_room_get_their_messages_and_prompts_o
         .send_text(&api_room, &format!("please run {run}"))
         .await;
     wait_typing(&f, &api_room).await;
-    let bot = f.bot.user_id.clone();
-    let prompt = f
-        .human
-        .wait_for_event(&api_room, "api's prompt", |e| {
-            e["sender"] == bot.as_str()
-                && e["content"]["m.relates_to"]["rel_type"] != "m.replace"
-                && e["content"]["body"].as_str().is_some_and(|b| {
-                    b.starts_with("\u{1F510} Permission request ") && b.contains(&run)
-                })
-        })
-        .await;
+    let (prompt, id) = crate::scenarios::claude_code::prompt_in(&f, &api_room, &run).await;
     let body = prompt["content"]["body"].as_str().unwrap();
-    let id: String = body["\u{1F510} Permission request ".len()..]
-        .chars()
-        .take(5)
-        .collect();
     let who = asker(body, &id).expect("a labelled session is named");
     assert!(
         who.starts_with(&format!("{api_label} (session ")),
