@@ -313,7 +313,9 @@ impl Channel {
         match input {
             Input::Attach { session, label, .. } => {
                 state.attach_label(&session, label, &mut out);
-                state.attach(session, &mut out)
+                state.attach(session, &mut out);
+                // A session attached again with another label leaves its old room.
+                state.stop_typing_unattended(&mut out)
             }
             Input::Bind { label, room, .. } => state.on_bind(label, room, &mut out),
             Input::Detach { session, .. } => state.detach(&session, &mut out),

@@ -627,6 +627,21 @@ fn typing_stops_in_a_room_that_stops_being_its_sessions_room() {
 }
 
 #[test]
+fn typing_stops_when_the_rooms_session_attaches_again_with_another_label() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    w.attach_labelled(S2, "api");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "working?");
+    w.mark();
+
+    w.attach_labelled(S1, "api");
+
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+    assert!(w.state().typing().is_empty());
+}
+
+#[test]
 fn the_default_typing_cap_is_ten_minutes_and_an_older_config_gets_it() {
     let mut config = mc_model::IdentityConfig::new(BOT.into(), [ALICE.into()]);
     assert_eq!(config.typing_cap_ms, 600_000);
