@@ -10,8 +10,8 @@
 //!   (`<store_dir>/.operator`), made 0600 there, then renamed to its place and the
 //!   directory removed: no other user can reach it before it is 0600. (Not the
 //!   umask: it is the process's, and other threads create files meanwhile.)
-//! - **Lifecycle.** `serve` holds the store lock, so at start it removes a stale
-//!   socket file (a SIGKILLed `serve` leaves one) and binds; [`OperatorSocket`]
+//! - **Lifecycle.** `serve` holds the store lock, so at start it replaces a stale
+//!   socket file (a SIGKILLed `serve` leaves one) by the rename; [`OperatorSocket`]
 //!   removes the file when dropped. A path longer than the platform's `sun_path`
 //!   allows: `serve` logs a warning naming it and runs without the socket; the CLI
 //!   says so.
@@ -304,7 +304,8 @@ impl Drop for OperatorSocket {
 
 /// Listens on `<store_dir>/operator.sock` (mode 0600, bound race-free as the module
 /// says) with [`router`] over `engine`, until `stop` is set. The caller holds the
-/// store lock: a socket file already there is stale and is replaced. A path too long
+/// store lock: a socket file already there is stale, and the rename replaces it; a
+/// private directory a crash left is removed first. A path too long
 /// for a socket address: logs a warning naming it and returns `None`.
 /// Errors: the socket cannot be created, bound or moved into place.
 pub fn listen(
@@ -325,11 +326,6 @@ pub fn listen(
     }
     let private = store_dir.join(BIND_DIR);
     let bound_at = private.join("s");
-    match std::fs::remove_file(&path) {
-        Ok(()) => tracing::info!(path = %path.display(), "removed a stale operator socket"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-    }
     match std::fs::remove_dir_all(&private) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -791,6 +787,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = TempDir::new();
         std::fs::write(socket_path(&dir.0), "stale").unwrap();
+        std::fs::create_dir_all(dir.0.join(BIND_DIR).join("s")).unwrap();
         let stop = Stop::new();
         let socket = listen(&dir.0, spawn(NoWire::default()), stop.clone())
             .unwrap()
