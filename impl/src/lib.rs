@@ -9,6 +9,7 @@ pub mod http;
 pub mod journal;
 pub mod matrix;
 pub mod mcp;
+pub mod operator;
 pub mod server;
 pub mod shutdown;
 pub mod stdio;

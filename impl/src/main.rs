@@ -63,6 +63,30 @@ enum Command {
         #[command(subcommand)]
         command: RecoveryCommand,
     },
+    /// Bind a room label of an identity to a room the identity is joined to, or
+    /// unbind it (`--unbind`), through the running `serve` of this config (its
+    /// operator socket, `<store_dir>/operator.sock`). Prints each binding that
+    /// changed, one a line (`api -> !abc:server`, `web -> (unbound)`); binding a room
+    /// that was another label's unbinds that label. Exits 1 when no `serve` runs, the
+    /// identity is not joined to the room, or the server refuses the label or room.
+    Bind {
+        #[arg(long)]
+        identity: String,
+        /// The room label (A-Z a-z 0-9 . _ -, at most 64).
+        label: String,
+        /// The room id (`!…:server`).
+        #[arg(required_unless_present = "unbind", conflicts_with = "unbind")]
+        room: Option<String>,
+        /// Unbind the label: its sessions get the rooms bound to no label.
+        #[arg(long)]
+        unbind: bool,
+    },
+    /// List the room labels of an identity through the running `serve`: one a line,
+    /// `label -> room`, `(creating)` or `(unbound)`, with its attached sessions.
+    Bindings {
+        #[arg(long)]
+        identity: String,
+    },
     /// Bearer tokens for MCP clients.
     Token {
         #[command(subcommand)]
@@ -337,6 +361,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bind {
+            identity,
+            label,
+            room,
+            unbind: _,
+        } => {
+            let config = load(&cli.config)?;
+            known_identity(&config, &identity)?;
+            let lines = mc_server::operator::bind_command(
+                &config.store_dir,
+                &identity,
+                &label,
+                room.as_deref(),
+            )
+            .await?;
+            for line in lines {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Command::Bindings { identity } => {
+            let config = load(&cli.config)?;
+            known_identity(&config, &identity)?;
+            let lines = mc_server::operator::bindings_command(&config.store_dir, &identity).await?;
+            for line in lines {
+                println!("{line}");
+            }
+            Ok(())
+        }
         Command::Token { command } => {
             let config = load(&cli.config)?;
             let store = Store::open(&config.store_dir)?;
@@ -386,6 +439,39 @@ mod tests {
             Command::Stdio { room, .. } => room,
             _ => panic!("not stdio"),
         }
+    }
+
+    fn bind(args: &[&str]) -> Result<(String, Option<String>, bool), clap::Error> {
+        let mut argv = vec!["matrix-channel", "bind", "--identity", "bot"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Bind {
+                label,
+                room,
+                unbind,
+                ..
+            } => Ok((label, room, unbind)),
+            _ => panic!("not bind"),
+        }
+    }
+
+    #[test]
+    fn bind_takes_a_room_or_unbind_but_not_both_nor_neither() {
+        assert_eq!(
+            bind(&["api", "!abc:server"]).unwrap(),
+            ("api".to_owned(), Some("!abc:server".to_owned()), false)
+        );
+        assert_eq!(
+            bind(&["api", "--unbind"]).unwrap(),
+            ("api".to_owned(), None, true)
+        );
+        let both = bind(&["api", "!abc:server", "--unbind"]).unwrap_err();
+        assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let neither = bind(&["api"]).unwrap_err();
+        assert_eq!(
+            neither.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
     }
 
     #[test]

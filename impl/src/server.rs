@@ -331,8 +331,10 @@ pub fn load_channel(
 
 /// Runs the server until SIGINT or SIGTERM, then shuts down within 5 s of the signal
 /// ([`crate::shutdown`]) and says how ([`Stopped::exit_code`] is the process's exit
-/// status). A second signal exits the process at once.
-/// Errors: the store, an identity or the listener cannot be set up, or serving fails.
+/// status). A second signal exits the process at once. Besides the HTTP listener it
+/// serves the operator socket ([`crate::operator`]) and removes it when it returns.
+/// Errors: the store, an identity, the listener or the operator socket cannot be set
+/// up, or serving fails.
 pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
     let _lock = StoreLock::acquire(&config.store_dir, "serve")?;
     let store = Store::open(&config.store_dir)?;
@@ -373,6 +375,9 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    // `matrix-channel bind` and `bindings` (the operator's, through the filesystem);
+    // the socket file goes when this does, at the end of `serve`.
+    let _operator = crate::operator::listen(&config.store_dir, engine.clone(), stop.clone())?;
     let _signals = crate::shutdown::watch_signals(stop.clone()).context("signal handlers")?;
     println!("matrix-channel: listening on http://{addr}");
     tracing::info!(%addr, "listening");

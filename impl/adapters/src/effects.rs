@@ -4,10 +4,14 @@
 //! write runs in ([`write_lane`]), how a failed notification fails its session's queue
 //! behind it ([`QueueFailure`]), the transaction id of a prompt post
 //! ([`prompt_txn_id`]), an effect's result as its [`Input::Completed`] ([`completed`],
-//! [`posted`]), and how long the engine sleeps until the model's next deadline
-//! ([`tick_wait`]).
+//! [`posted`]), how long the engine sleeps until the model's next deadline
+//! ([`tick_wait`]), and how an operator's bind is answered from its transition
+//! ([`bind_answer`]).
 
-use mc_model::{AgentWrite, EffectId, EventId, Input, Outcome, RoomId, Timestamp};
+use mc_model::{
+    AgentWrite, DropReason, Effect, EffectId, EventId, IdentityId, Input, Label, Outcome, RoomId,
+    Timestamp,
+};
 use std::time::Duration;
 
 /// The room lane an agent's write runs in: its room (for a join, the id or alias it
@@ -88,10 +92,143 @@ pub fn tick_wait(next_deadline: Option<Timestamp>, now: Timestamp) -> Duration {
     }
 }
 
+/// How the model answered an operator's [`Input::Bind`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindAnswer {
+    /// Bound (or unbound): every change of the identity's bindings in the
+    /// transition, in the model's order, as `(label, room)` (`None`: unbound). Binding
+    /// a room that was another label's lists that label unbound first.
+    Bound(Vec<(Label, Option<RoomId>)>),
+    /// Not acted on, for this reason: [`DropReason::NotJoined`] (the identity is not
+    /// joined to the room) or [`DropReason::UnknownIdentity`].
+    Dropped(DropReason),
+}
+
+/// The answer to an [`Input::Bind`] of `identity`, from the effects of its
+/// transition: its [`Effect::Bound`]s of `identity`, or else its drop of `identity`
+/// that names no event with [`DropReason::NotJoined`] or
+/// [`DropReason::UnknownIdentity`]. The timers that fire first in the same
+/// transition (any identity's) never bind, and their drops name an event or give
+/// another reason, so they do not count; nor does anything of another identity.
+/// A transition with neither answers `Bound` with no change.
+pub fn bind_answer(identity: &IdentityId, effects: &[Effect]) -> BindAnswer {
+    let bound: Vec<(Label, Option<RoomId>)> = effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Bound {
+                identity: of,
+                label,
+                room,
+            } if of == identity => Some((label.clone(), room.clone())),
+            _ => None,
+        })
+        .collect();
+    if !bound.is_empty() {
+        return BindAnswer::Bound(bound);
+    }
+    effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Dropped {
+                identity: Some(of),
+                event_id: None,
+                reason: reason @ (DropReason::NotJoined | DropReason::UnknownIdentity),
+            } if of == identity => Some(BindAnswer::Dropped(reason.clone())),
+            _ => None,
+        })
+        .unwrap_or(BindAnswer::Bound(bound))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use mc_model::{AgentText, UserId};
+
+    fn bound(identity: &str, label: &str, room: Option<&str>) -> Effect {
+        Effect::Bound {
+            identity: IdentityId(identity.into()),
+            label: Label::parse(label).unwrap(),
+            room: room.map(|r| RoomId(r.into())),
+        }
+    }
+
+    fn dropped(identity: &str, event_id: Option<&str>, reason: DropReason) -> Effect {
+        Effect::Dropped {
+            identity: Some(IdentityId(identity.into())),
+            event_id: event_id.map(|e| EventId(e.into())),
+            reason,
+        }
+    }
+
+    fn change(label: &str, room: Option<&str>) -> (Label, Option<RoomId>) {
+        (Label::parse(label).unwrap(), room.map(|r| RoomId(r.into())))
+    }
+
+    #[test]
+    fn a_bind_is_answered_with_every_change_of_its_identity_in_order() {
+        let bot = IdentityId("bot".into());
+        let effects = [
+            // Another identity's change in the same transition is not this bind's.
+            bound("other", "web", Some("!o:hs")),
+            bound("bot", "api", None),
+            dropped("bot", Some("$e"), DropReason::PromptExpired),
+            bound("bot", "web", Some("!r:hs")),
+        ];
+        assert_eq!(
+            bind_answer(&bot, &effects),
+            BindAnswer::Bound(vec![change("api", None), change("web", Some("!r:hs"))])
+        );
+    }
+
+    #[test]
+    fn a_bind_dropped_not_joined_or_for_an_unknown_identity_is_answered_with_the_reason() {
+        let bot = IdentityId("bot".into());
+        for reason in [DropReason::NotJoined, DropReason::UnknownIdentity] {
+            let effects = [
+                dropped("other", None, DropReason::StaleOutcome),
+                dropped("bot", None, DropReason::ReplayCut { omitted: 2 }),
+                dropped("bot", None, reason.clone()),
+            ];
+            assert_eq!(
+                bind_answer(&bot, &effects),
+                BindAnswer::Dropped(reason),
+                "{effects:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_drop_of_another_identity_or_naming_an_event_is_no_answer_to_a_bind() {
+        let bot = IdentityId("bot".into());
+        let effects = [
+            // A timer's drop of an event (an undecryptable event given up on, say).
+            dropped("bot", Some("$e"), DropReason::NotJoined),
+            dropped("other", None, DropReason::NotJoined),
+            Effect::Dropped {
+                identity: None,
+                event_id: None,
+                reason: DropReason::NotJoined,
+            },
+        ];
+        assert_eq!(bind_answer(&bot, &effects), BindAnswer::Bound(vec![]));
+        assert_eq!(
+            bind_answer(&bot, &[dropped("bot", None, DropReason::NotJoined)]),
+            BindAnswer::Dropped(DropReason::NotJoined)
+        );
+    }
+
+    #[test]
+    fn a_bind_that_also_drops_is_answered_with_its_changes() {
+        let bot = IdentityId("bot".into());
+        let effects = [
+            dropped("bot", None, DropReason::NotJoined),
+            bound("bot", "api", Some("!r:hs")),
+        ];
+        assert_eq!(
+            bind_answer(&bot, &effects),
+            BindAnswer::Bound(vec![change("api", Some("!r:hs"))])
+        );
+    }
 
     #[test]
     fn an_agent_write_runs_in_the_lane_of_its_room_and_a_join_in_the_room_it_names() {

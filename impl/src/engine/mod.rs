@@ -34,8 +34,8 @@ pub use run::spawn;
 use crate::write::{ToolError, Written};
 use async_trait::async_trait;
 use mc_model::{
-    AgentWrite, Channel, DropReason, EventId, IdentityId, Input, PromptText, RoomId, SessionId,
-    Timestamp, UserId,
+    AgentWrite, Channel, DropReason, EventId, IdentityId, Input, Label, PromptText, RoomId,
+    SessionId, Timestamp, UserId,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -123,6 +123,7 @@ pub enum WriteAnswer {
     Failed(ToolError),
 }
 
+pub use mc_adapters::effects::BindAnswer;
 pub use mc_adapters::params::{channel_params, verdict_params};
 
 /// The wall clock as the model's instant: milliseconds since the Unix epoch (0 if
@@ -147,6 +148,14 @@ enum Command {
     Acknowledge {
         input: Box<Input>,
         answer: oneshot::Sender<bool>,
+    },
+    /// An operator's [`Input::Bind`]; dropping `answer` unanswered (the journal did
+    /// not take the input) is [`EngineStopped`].
+    Bind {
+        identity: IdentityId,
+        label: Label,
+        room: Option<RoomId>,
+        answer: oneshot::Sender<BindAnswer>,
     },
     /// Stop taking inputs, make the state durable, answer, and end the task.
     Shutdown(oneshot::Sender<()>),
@@ -252,6 +261,30 @@ impl EngineHandle {
         self.tx
             .send(Command::Acknowledge {
                 input: Box::new(input),
+                answer,
+            })
+            .map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+
+    /// Hands the operator's [`Input::Bind`] to the model (made durable first, like
+    /// every input: a binding survives restarts) and answers from its transition:
+    /// the identity's bindings it changed, or the reason the model dropped it
+    /// ([`mc_adapters::effects::bind_answer`]: nothing of another identity, nor a
+    /// timer that fired first, counts). `room` `None` unbinds `label`.
+    /// Errors: the engine has stopped, or the journal did not take the input.
+    pub async fn bind(
+        &self,
+        identity: IdentityId,
+        label: Label,
+        room: Option<RoomId>,
+    ) -> Result<BindAnswer, EngineStopped> {
+        let (answer, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Bind {
+                identity,
+                label,
+                room,
                 answer,
             })
             .map_err(|_| EngineStopped)?;

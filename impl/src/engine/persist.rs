@@ -154,6 +154,19 @@ mod tests {
         assert!(engine.read(|_| ()).await.is_err(), "the engine stopped");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_bind_the_journal_refuses_is_answered_as_a_stopped_engine() {
+        let wire = Arc::new(FakeWire::default());
+        let persist = LogPersist {
+            wire: wire.clone(),
+            log: Arc::new(Mutex::new(Vec::new())),
+            refuse_from: Some(1),
+        };
+        let (engine, _task) = spawn(channel(), wire, persist, clock);
+        let label = mc_model::Label::parse("api").unwrap();
+        assert!(engine.bind(id(), label, None).await.is_err());
+    }
+
     struct TempDir(std::path::PathBuf);
     impl Drop for TempDir {
         fn drop(&mut self) {
@@ -178,6 +191,26 @@ mod tests {
         let (channel, recovery) = crate::journal::recover_channel(&mut journal, None).unwrap();
         assert_eq!(recovery.set_aside, 0);
         spawn(channel, wire, JournalPersist::new(journal), clock)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operators_bind_survives_a_crash() {
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("mc-journal-{}", rand::random::<u64>())));
+        let wire = Arc::new(FakeWire::default());
+        let (engine, task) = spawn(channel(), wire.clone(), journal_in(&dir), clock);
+        let label = mc_model::Label::parse("api").unwrap();
+        let room = mc_model::RoomId("!r:hs".into());
+        engine
+            .bind(id(), label.clone(), Some(room.clone()))
+            .await
+            .unwrap();
+        let (engine, _task) = crash_and_restart(&dir, task, wire).await;
+        let binding = engine
+            .read(move |c| c.identity(&id()).unwrap().bindings().get(&label).cloned())
+            .await
+            .unwrap();
+        assert_eq!(binding, Some(mc_model::Binding::Room { room }));
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,7 +10,7 @@ use super::{
     channel_params, verdict_params, Command, Counters, EngineHandle, Wire, WriteAnswer,
     CHANNEL_METHOD, VERDICT_METHOD,
 };
-use mc_adapters::effects::{completed, posted, prompt_txn_id, tick_wait, write_lane};
+use mc_adapters::effects::{bind_answer, completed, posted, prompt_txn_id, tick_wait, write_lane};
 use mc_model::{
     CallId, Channel, Effect, EffectId, IdentityId, Input, Outcome, PromptText, RoomId, Timestamp,
 };
@@ -109,8 +109,32 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     self.step(*input).await;
                 }
                 Command::Acknowledge { input, answer } => {
-                    let acknowledged = self.step(*input).await;
-                    let _ = answer.send(acknowledged);
+                    let acknowledged = self
+                        .step_answering(*input, |effects| {
+                            effects
+                                .iter()
+                                .any(|e| matches!(e, Effect::Acknowledged { .. }))
+                        })
+                        .await;
+                    let _ = answer.send(acknowledged.unwrap_or(false));
+                }
+                Command::Bind {
+                    identity,
+                    label,
+                    room,
+                    answer,
+                } => {
+                    let input = Input::Bind {
+                        identity: identity.clone(),
+                        label,
+                        room,
+                    };
+                    let bound = self
+                        .step_answering(input, |effects| bind_answer(&identity, effects))
+                        .await;
+                    if let Some(bound) = bound {
+                        let _ = answer.send(bound);
+                    }
                 }
                 Command::Read(f) => f(&self.channel),
                 Command::Shutdown(done) => {
@@ -139,9 +163,19 @@ impl<W: Wire, P: Persist> Engine<W, P> {
 
     /// Handles one input: makes it durable, hands it to the model, and hands its
     /// effects on; none is awaited here (their outcomes come back as inputs through
-    /// the engine's queue). Returns whether the transition took an acknowledgement
-    /// (an `Effect::Acknowledged` among its effects: the model's own answer).
-    async fn step(&mut self, input: Input) -> bool {
+    /// the engine's queue).
+    async fn step(&mut self, input: Input) {
+        self.step_answering(input, |_| ()).await;
+    }
+
+    /// [`Engine::step`], returning what `answer` reads from the transition's effects
+    /// before they are handed on (the model's own answer to a caller), or `None` when
+    /// the journal did not take the input (the engine stops; the model never saw it).
+    async fn step_answering<T>(
+        &mut self,
+        input: Input,
+        answer: impl FnOnce(&[Effect]) -> T,
+    ) -> Option<T> {
         tracing::debug!(?input, "input");
         match &input {
             Input::Attach { session, .. } => self.sessions.attached(session),
@@ -156,7 +190,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                  nothing is acted on that a restart would not know"
             );
             self.stopped = true;
-            return false;
+            return None;
         }
         let appended = std::time::Instant::now();
         let effects = self.channel.handle(now, input);
@@ -164,13 +198,11 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         self.persist.handled(&self.channel);
         self.counters
             .add(handled - appended, (appended - started) + handled.elapsed());
-        let acknowledged = effects
-            .iter()
-            .any(|e| matches!(e, Effect::Acknowledged { .. }));
+        let answer = answer(&effects);
         for effect in effects {
             self.execute(effect);
         }
-        acknowledged
+        Some(answer)
     }
 
     /// Hands one effect on. Pushes, verdicts and log messages go to their session's
@@ -408,7 +440,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
 mod tests {
     use super::*;
     use crate::engine::fake::*;
-    use crate::engine::{NoPersist, WriteAnswer};
+    use crate::engine::{BindAnswer, NoPersist, WriteAnswer};
     use crate::testing::paused_clock;
     use crate::write::{ToolError, Written};
     use mc_model::{DropReason, EventId, IdentityConfig, SessionId, SessionPhase, UserId};
@@ -680,6 +712,63 @@ mod tests {
             .unwrap();
         assert_eq!(prompts, 0, "the prompt expired in the same transition");
         assert!(acked, "the model took the acknowledgement");
+    }
+
+    fn label(text: &str) -> mc_model::Label {
+        mc_model::Label::parse(text).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_operators_bind_is_answered_from_its_transition_and_routes_the_rooms_events() {
+        let wire = Arc::new(FakeWire::default());
+        let (engine, _task) = spawn(channel(), wire.clone(), NoPersist, clock);
+        let room = RoomId("!r:hs".into());
+        let answer = engine
+            .bind(id(), label("api"), Some(room.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            answer,
+            BindAnswer::Bound(vec![(label("api"), Some(room.clone()))])
+        );
+        // The label's session finds its room bound: no room is created, and the
+        // room's messages reach it.
+        engine.submit(attach_labelled("s-api", "api")).unwrap();
+        engine.submit(say("$m1", "to api")).unwrap();
+        settle(&engine).await;
+        assert_eq!(pushed(&wire), [("s-api".to_owned(), json!("$m1"))]);
+        assert!(
+            !wire
+                .calls
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|c| c.starts_with("create ")),
+            "no room created for a bound label"
+        );
+
+        // Binding the room to another label unbinds api first, and says so.
+        let answer = engine
+            .bind(id(), label("web"), Some(room.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            answer,
+            BindAnswer::Bound(vec![(label("api"), None), (label("web"), Some(room))])
+        );
+        let answer = engine.bind(id(), label("web"), None).await.unwrap();
+        assert_eq!(answer, BindAnswer::Bound(vec![(label("web"), None)]));
+
+        let answer = engine
+            .bind(id(), label("api"), Some(RoomId("!elsewhere:hs".into())))
+            .await
+            .unwrap();
+        assert_eq!(answer, BindAnswer::Dropped(DropReason::NotJoined));
+        let answer = engine
+            .bind(IdentityId("nobody".into()), label("api"), None)
+            .await
+            .unwrap();
+        assert_eq!(answer, BindAnswer::Dropped(DropReason::UnknownIdentity));
     }
 
     #[tokio::test(start_paused = true)]

@@ -102,10 +102,12 @@ pub(super) async fn call_method(
 }
 
 /// A wire on which every Matrix send and push fails; it records the log messages
-/// the model sends to sessions (the `/health` tests only read the engine).
+/// the model sends to sessions (the `/health` tests only read the engine). Room
+/// creations fail too, or never end while `creations_hang` is set.
 #[derive(Default)]
 pub(crate) struct NoWire {
     pub(crate) logs: Mutex<Vec<(String, String)>>,
+    pub(crate) creations_hang: bool,
 }
 
 #[async_trait::async_trait]
@@ -144,6 +146,17 @@ impl crate::engine::Wire for NoWire {
         Err("no wire".into())
     }
     async fn join_room(&self, _: &IdentityId, _: &mc_model::RoomId) -> Result<(), String> {
+        Err("no wire".into())
+    }
+    async fn create_room(
+        &self,
+        _: &IdentityId,
+        _: &str,
+        _: &[mc_model::UserId],
+    ) -> Result<mc_model::RoomId, String> {
+        if self.creations_hang {
+            std::future::pending::<()>().await;
+        }
         Err("no wire".into())
     }
     async fn write(
