@@ -45,8 +45,9 @@ use std::time::Duration;
 /// The socket's file name in the store directory.
 pub const SOCKET_FILE: &str = "operator.sock";
 
-/// The private directory the socket is bound in before it is renamed to
-/// [`SOCKET_FILE`]; shorter than it, so it fits wherever the socket's path fits.
+/// The private directory the socket is bound in (as `s`) before it is renamed to
+/// [`SOCKET_FILE`]: `.operator/s` is shorter than `operator.sock`, so it fits a
+/// socket address wherever the socket's own path does.
 const BIND_DIR: &str = ".operator";
 
 /// How long the CLI waits for `serve`'s answer.

@@ -202,3 +202,170 @@ async fn a_stdio_session_brings_claude_codes_session_id_as_its_label_unless_room
         .wait_stderr("--room: a room label has the character '/'", WAIT)
         .await;
 }
+
+/// `matrix-channel bind --identity ID ARGS…` (or `bindings`) run against the server's
+/// config: its exit code, stdout and stderr.
+async fn operator(server: &Server, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = server.cli(args, None).await;
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The operator's `matrix-channel bind` and `bindings` (docs/sessions.md, "Moving
+/// rooms from the shell"), through the running `serve`'s operator socket
+/// (`<store_dir>/operator.sock`, 0600). A room the identity is not in is refused
+/// (`not_joined`). Bound before its first session, a label gets no room created: its
+/// session gets the bound room's messages, and an unlabelled session does not.
+/// Rebound elsewhere, the label's session stops getting the old room's messages
+/// (now bound to no label: the unlabelled session's); unbound, it gets the rooms
+/// bound to no label, as the unlabelled session does. A SIGKILLed `serve` leaves a
+/// socket file that refuses connections: "no `serve` runs"; the restarted `serve`
+/// replaces it and still has the binding (the journal); after SIGTERM the file is
+/// gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_binds_a_labels_room_from_the_shell_and_its_session_follows_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut f = Fixture::start(|_| {}).await;
+    let room = f.room.clone();
+    let socket = f.server.store_dir().join("operator.sock");
+    let mode = std::fs::metadata(&socket)
+        .unwrap_or_else(|e| panic!("{}: {e}", socket.display()))
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
+
+    let outside = f.human.create_room(&[]).await;
+    let refused = operator(
+        &f.server,
+        &["bind", "--identity", IDENTITY, "api", &outside],
+    )
+    .await;
+    assert_eq!(
+        refused,
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "matrix-channel: the identity {IDENTITY} is not joined to {outside}: invite it first\n"
+            )
+        )
+    );
+
+    let bound = operator(&f.server, &["bind", "--identity", IDENTITY, "api", &room]).await;
+    assert_eq!(bound, (Some(0), format!("api -> {room}\n"), String::new()));
+
+    let (plain, _) = f.channel("plain").await;
+    let api = McpClient::spawn("api").await;
+    api.connect(
+        &format!("{}?room=api", f.server.url("/channel")),
+        f.server.token(IDENTITY),
+    )
+    .await;
+    // The label found its room bound: nothing is being created for it.
+    let listed = operator(&f.server, &["bindings", "--identity", IDENTITY]).await;
+    assert_eq!(
+        listed,
+        (
+            Some(0),
+            format!("api -> {room} (1 session)\n"),
+            String::new()
+        )
+    );
+
+    // The bound room's message reaches the api session, and not the unlabelled one:
+    // its first push is a later message in a room bound to no label.
+    let sent = f.human.send_text(&room, "to api").await;
+    assert_push(
+        &api.next_notification(WAIT).await,
+        &message("to api", &f.origin(&sent).await),
+    );
+    let other = f.sync_barrier().await;
+    let origin_in = |room: &str, event_id: &str, ts: u64| Origin {
+        room: room.to_owned(),
+        event_id: event_id.to_owned(),
+        sender: f.human.user_id.clone(),
+        user: HUMAN_NAME.to_owned(),
+        ts,
+    };
+    let sent = f.human.send_text(&other, "to the unlabelled").await;
+    let ts = f.human.ts(&other, &sent).await;
+    assert_push(
+        &plain.next_notification(WAIT).await,
+        &message("to the unlabelled", &origin_in(&other, &sent, ts)),
+    );
+
+    // Rebound to the other room: the first room is bound to no label now.
+    let rebound = operator(&f.server, &["bind", "--identity", IDENTITY, "api", &other]).await;
+    assert_eq!(
+        rebound,
+        (Some(0), format!("api -> {other}\n"), String::new())
+    );
+    let sent = f.human.send_text(&room, "to the first room").await;
+    assert_push(
+        &plain.next_notification(WAIT).await,
+        &message("to the first room", &f.origin(&sent).await),
+    );
+    let sent = f.human.send_text(&other, "to api again").await;
+    let ts = f.human.ts(&other, &sent).await;
+    assert_push(
+        &api.next_notification(WAIT).await,
+        &message("to api again", &origin_in(&other, &sent, ts)),
+    );
+    plain.expect_no_notification(QUIET).await;
+
+    // Unbound: the label's session gets the rooms bound to no label.
+    let unbound = operator(
+        &f.server,
+        &["bind", "--identity", IDENTITY, "api", "--unbind"],
+    )
+    .await;
+    assert_eq!(
+        unbound,
+        (Some(0), "api -> (unbound)\n".to_owned(), String::new())
+    );
+    let sent = f.human.send_text(&other, "to everyone").await;
+    let ts = f.human.ts(&other, &sent).await;
+    let expected = message("to everyone", &origin_in(&other, &sent, ts));
+    assert_push(&api.next_notification(WAIT).await, &expected);
+    assert_push(&plain.next_notification(WAIT).await, &expected);
+    let listed = operator(&f.server, &["bindings", "--identity", IDENTITY]).await;
+    assert_eq!(
+        listed,
+        (
+            Some(0),
+            "api -> (unbound) (1 session)\n".to_owned(),
+            String::new()
+        )
+    );
+    assert!(
+        !f.server.log_text().contains("created a room"),
+        "no room was created for a bound label"
+    );
+
+    // A SIGKILLed serve leaves its socket file behind, refusing connections.
+    api.close().await;
+    plain.close().await;
+    f.server.kill9().await;
+    assert!(socket.exists(), "SIGKILL leaves the socket file");
+    let no_serve = format!(
+        "matrix-channel: no `serve` runs for this store ({} does not exist or refuses \
+         connections)\n",
+        socket.display()
+    );
+    let refused = operator(&f.server, &["bindings", "--identity", IDENTITY]).await;
+    assert_eq!(refused, (Some(1), String::new(), no_serve.clone()));
+    // The next serve replaces it; the binding is in the journal.
+    f.server.restart().await;
+    let (code, listed, _) = operator(&f.server, &["bindings", "--identity", IDENTITY]).await;
+    assert_eq!(code, Some(0));
+    assert!(listed.starts_with("api -> (unbound) ("), "{listed}");
+    // SIGTERM: the socket file goes with the server.
+    f.server.signal("TERM").await;
+    f.server.wait_exit(WAIT).await;
+    assert!(!socket.exists(), "{} outlived serve", socket.display());
+    let refused = operator(&f.server, &["bind", "--identity", IDENTITY, "api", &room]).await;
+    assert_eq!(refused, (Some(1), String::new(), no_serve));
+}
