@@ -6,7 +6,8 @@
 //! new action fails to compile in every adapter, until each handles it.
 
 use crate::world::{
-    AgentOp, BadRequest, Change, Ident, Key, Odd, Redactor, Rel, Rid, Sel, Sess, Text, Who, World,
+    AgentOp, BadRequest, Change, Ident, Key, Lbl, Odd, Redactor, Rel, Rid, Sel, Sess, Text, Who,
+    World,
 };
 use mc_model::Input;
 use serde::{Deserialize, Serialize};
@@ -62,8 +63,17 @@ macro_rules! alphabet {
 }
 
 alphabet! {
-    /// `Input::Attach`: the session's channel stream opens.
+    /// `Input::Attach`: the session's channel stream opens (a known session's with
+    /// the label its MCP session was created with).
     Attach { session: Sess } => attach,
+    /// `Input::Attach` with a label: a new MCP session is created on
+    /// `/channel?room=<label>` and its stream opens. Only a label the identity has
+    /// bound (to a room or to none): a room the model asks to create is not in the
+    /// world (conformance/skip.txt).
+    AttachLabelled { session: Sess, label: Lbl } => attach_labelled,
+    /// `Input::Bind`: the operator binds `label` to the identity's room number `room`
+    /// (`matrix-channel bind`), or unbinds it with `None` (`--unbind`).
+    Bind { ident: Ident, label: Lbl, room: Option<u8> } => bind,
     /// `Input::Detach`: the session's channel stream closes.
     Detach { session: Sess } => detach,
     /// `Input::Message`: `sender` sends an `m.room.message` in the identity's room
@@ -126,9 +136,9 @@ alphabet! {
 /// here until the alphabet has an action for it.
 pub fn kind_of(input: &Input) -> ActionKind {
     match input {
-        // The operator's bind has no action of its own yet (issue 26: conformance of
-        // session rooms is not built); it is an attach's kin, a session-side input.
-        Input::Attach { .. } | Input::Bind { .. } => ActionKind::Attach,
+        Input::Attach { label: None, .. } => ActionKind::Attach,
+        Input::Attach { label: Some(_), .. } => ActionKind::AttachLabelled,
+        Input::Bind { .. } => ActionKind::Bind,
         Input::Detach { .. } => ActionKind::Detach,
         Input::Message { .. } => ActionKind::Message,
         Input::Reaction { .. } => ActionKind::Reaction,

@@ -158,6 +158,7 @@ impl Coverage {
                     format!("acknowledge tool: {acknowledged}")
                 }
                 Observation::Joined { .. } => "joined".to_owned(),
+                Observation::Bind { answer, .. } => format!("bind: {}", answer.case()),
             };
             *self.observations.entry(kind).or_default() += 1;
         }
@@ -255,6 +256,39 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
             },
             ..
         } => Some("yes <id> replying to a message".to_owned()),
+        Action::Message {
+            text: Text::BindTo(_) | Text::Unbind,
+            sender,
+            ..
+        } => Some(format!(
+            "room command by {sender:?}: {}",
+            if observed
+                .iter()
+                .any(|o| matches!(o, Observation::Sent { event_id: None, .. }))
+            {
+                "answered"
+            } else {
+                "not answered"
+            }
+        )),
+        // A labelled session's prompt names it (`from web (session s1-00000)`).
+        Action::PermissionRequest { .. } => observed.iter().find_map(|o| match o {
+            Observation::Sent {
+                event_id: Some(id),
+                content,
+                ..
+            } if id.0.starts_with("$mc-prompt-") => Some(
+                if content["body"]
+                    .as_str()
+                    .is_some_and(|b| b.contains(" (session "))
+                {
+                    "prompt of a labelled session".to_owned()
+                } else {
+                    "prompt of an unlabelled session".to_owned()
+                },
+            ),
+            _ => None,
+        }),
         _ => None,
     }
 }

@@ -31,12 +31,19 @@ const OBSERVATIONS: [&str; 10] = [
 
 /// The cases the sequences must reach: an undecryptable event parked and a
 /// stranger's dropped; a room key that comes within the grace period, and one that
-/// comes after the sessions were told.
-const CASES: [&str; 4] = [
+/// comes after the sessions were told; the operator's bind taken, refused for a room
+/// the identity left, and moving a room from another label; an approver's room
+/// command; a prompt that names its labelled session.
+const CASES: [&str; 9] = [
     "undecryptable: parked",
     "undecryptable: Stranger",
     "decrypt: before the grace period ended",
     "decrypt: after the sessions were told it is undecryptable",
+    "bind: bound",
+    "bind: not joined",
+    "bind: the room moved from another label",
+    "room command by Ann: answered",
+    "prompt of a labelled session",
 ];
 
 /// Rounds of [`TOP_UP_CASES`] more sequences run while an observation or case of

@@ -24,8 +24,9 @@ use harness::WAIT;
 use mc_conformance::alphabet::Adapter;
 use mc_conformance::runner::{check_with, regressions, required_kinds, run_sequence, Target};
 use mc_conformance::world::{
-    AgentOp, AgentRel, BadRequest, Change, Ident, Key, Mode, Observation, Odd, RealMode, Redactor,
-    Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, REAL_ATTACH_GRACE, REAL_SETTLE, REAL_TTL,
+    AgentOp, AgentRel, BadRequest, BindAnswer, Change, Ident, Key, Lbl, Mode, Observation, Odd,
+    RealMode, Redactor, Rel, Rid, Sel, Sess, Text, ToolAnswer, Who, World, REAL_ATTACH_GRACE,
+    REAL_SETTLE, REAL_TTL,
 };
 use mc_model::{AgentWrite, Channel, EventId, RoomId};
 use proptest::test_runner::Config;
@@ -189,6 +190,60 @@ impl Real {
         self.to_sym.insert(real.to_owned(), sym.to_owned());
     }
 
+    /// Opens the session's stream: a new MCP session on `/channel` (with
+    /// `?room=<label>` when labelled), or the known one resumed (its label is the
+    /// server's, kept with the session).
+    fn connect(&mut self, session: &Sess, label: Option<Lbl>) -> Result<(), String> {
+        self.open.insert(*session);
+        let url = match label {
+            Some(label) => self
+                .server
+                .url(&format!("/channel?room={}", label.as_str())),
+            None => self.server.url("/channel"),
+        };
+        let token = self.server.token(&session.ident().id().0).to_owned();
+        runtime().block_on(async {
+            match self.sessions.get(session) {
+                Some(c) => c
+                    .mcp
+                    .resume(
+                        &url,
+                        &token,
+                        &c.session_id,
+                        c.protocol_version.as_deref(),
+                        None,
+                    )
+                    .await
+                    .map_err(|e| format!("resume {session:?}: {e}")),
+                None => {
+                    let mcp = McpClient::spawn(&format!("{session:?}")).await;
+                    let connected = mcp.connect(&url, &token).await;
+                    // A prompt names who asks by the first characters of its MCP
+                    // session id (`prompt_text::Asker`): the server's id is not the
+                    // world's.
+                    let shown = |id: &str| {
+                        let short: String = id
+                            .chars()
+                            .take(mc_model::prompt_text::SESSION_CHARS)
+                            .collect();
+                        format!("session {short}")
+                    };
+                    self.to_sym
+                        .insert(shown(&connected.session_id), shown(session.id().as_str()));
+                    self.sessions.insert(
+                        *session,
+                        Client {
+                            mcp,
+                            session_id: connected.session_id,
+                            protocol_version: connected.protocol_version,
+                        },
+                    );
+                    Ok(())
+                }
+            }
+        })
+    }
+
     fn human(&self, who: Who) -> Result<&Human, String> {
         match who {
             Who::Ann => Ok(&self.people.ann),
@@ -312,7 +367,8 @@ fn link_decoded(segment: &str) -> String {
 }
 
 /// `s` with the room and event of every `https://matrix.to/#/<room>/<event>` link
-/// (as notices link to a prompt) mapped through `map`, encoded again.
+/// (as notices link to a prompt) mapped through `map`, encoded again; a `.` right
+/// after a link ends the sentence, not the id.
 fn translate_links(s: &str, map: &BTreeMap<String, String>) -> String {
     const LINK: &str = "https://matrix.to/#/";
     let link_char = |c: char| c.is_ascii_alphanumeric() || "-._~!%".contains(c);
@@ -322,7 +378,12 @@ fn translate_links(s: &str, map: &BTreeMap<String, String>) -> String {
         out.push_str(&rest[..at + LINK.len()]);
         rest = &rest[at + LINK.len()..];
         for first in [true, false] {
-            let end = rest.find(|c: char| !link_char(c)).unwrap_or(rest.len());
+            let mut end = rest.find(|c: char| !link_char(c)).unwrap_or(rest.len());
+            // A link that ends a sentence is followed by its full stop (as linkifiers
+            // read it: ids end in no `.`).
+            while rest[..end].ends_with('.') {
+                end -= 1;
+            }
             let id = link_decoded(&rest[..end]);
             out.push_str(
                 &map.get(&id)
@@ -370,49 +431,62 @@ fn translate(value: &Value, map: &BTreeMap<String, String>) -> Value {
 
 impl Adapter for Real {
     fn attach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
-        self.open.insert(*session);
-        let url = self.server.url("/channel");
-        let token = self.server.token(&session.ident().id().0).to_owned();
-        runtime().block_on(async {
-            match self.sessions.get(session) {
-                Some(c) => c
-                    .mcp
-                    .resume(
-                        &url,
-                        &token,
-                        &c.session_id,
-                        c.protocol_version.as_deref(),
-                        None,
-                    )
-                    .await
-                    .map_err(|e| format!("resume {session:?}: {e}")),
-                None => {
-                    let mcp = McpClient::spawn(&format!("{session:?}")).await;
-                    let connected = mcp.connect(&url, &token).await;
-                    // A prompt names who asks by the first characters of its MCP
-                    // session id (`prompt_text::Asker`): the server's id is not the
-                    // world's.
-                    let shown = |id: &str| {
-                        let short: String = id
-                            .chars()
-                            .take(mc_model::prompt_text::SESSION_CHARS)
-                            .collect();
-                        format!("session {short}")
+        self.connect(session, None)
+    }
+
+    fn attach_labelled(&mut self, _: &World, session: &Sess, label: &Lbl) -> Result<(), String> {
+        self.connect(session, Some(*label))
+    }
+
+    /// The operator runs `matrix-channel bind` against the running server; its
+    /// output (one `label -> room` line per change) is the answer seen.
+    fn bind(
+        &mut self,
+        _: &World,
+        ident: &Ident,
+        label: &Lbl,
+        room: &Option<u8>,
+    ) -> Result<(), String> {
+        let mut cmd = self.server.command();
+        cmd.args(["bind", "--identity", &ident.id().0, label.as_str()]);
+        match room {
+            Some(n) => cmd.arg(self.real_id(&ident.room(*n).0)?),
+            None => cmd.arg("--unbind"),
+        };
+        let out = runtime()
+            .block_on(async { cmd.output().await })
+            .map_err(|e| format!("running bind: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let answer = if out.status.success() {
+            let changes = stdout
+                .lines()
+                .map(|line| {
+                    let (label, room) = line
+                        .split_once(" -> ")
+                        .ok_or_else(|| format!("bind printed {line:?}"))?;
+                    let room = match room.trim() {
+                        "(unbound)" => None,
+                        real => {
+                            Some(RoomId(self.to_sym.get(real).cloned().ok_or_else(|| {
+                                format!("bind named an unknown room {real}")
+                            })?))
+                        }
                     };
-                    self.to_sym
-                        .insert(shown(&connected.session_id), shown(session.id().as_str()));
-                    self.sessions.insert(
-                        *session,
-                        Client {
-                            mcp,
-                            session_id: connected.session_id,
-                            protocol_version: connected.protocol_version,
-                        },
-                    );
-                    Ok(())
-                }
-            }
-        })
+                    Ok((label.trim().to_owned(), room))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            BindAnswer::Bound(changes)
+        } else if stderr.contains("not joined") {
+            BindAnswer::NotJoined
+        } else {
+            return Err(format!("bind failed ({}): {stderr}", out.status));
+        };
+        self.answers.push(Observation::Bind {
+            ident: *ident,
+            answer,
+        });
+        Ok(())
     }
 
     fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
@@ -772,7 +846,8 @@ impl Target for Real {
                 Observation::Sent { .. } => sends += 1,
                 Observation::Acknowledged { .. }
                 | Observation::Wrote { .. }
-                | Observation::Joined { .. } => {}
+                | Observation::Joined { .. }
+                | Observation::Bind { .. } => {}
             }
         }
         let deadline = Instant::now() + WAIT;
@@ -953,4 +1028,24 @@ fn saved_regressions_conform_on_the_real_server() {
             panic!("{}:\n{report}", path.display());
         }
     }
+}
+
+#[test]
+fn a_link_ending_a_sentence_translates_without_its_full_stop() {
+    let map: BTreeMap<String, String> = [
+        ("!r:x.org".to_owned(), "!a1:hs".to_owned()),
+        ("$e-1_x".to_owned(), "$mc-prompt-2".to_owned()),
+    ]
+    .into();
+    assert_eq!(
+        translate_links(
+            "waits in another room: https://matrix.to/#/!r%3Ax.org/%24e-1_x. Answer it there.",
+            &map
+        ),
+        "waits in another room: https://matrix.to/#/!a1%3Ahs/%24mc-prompt-2. Answer it there."
+    );
+    assert_eq!(
+        translate_links("is https://matrix.to/#/!r%3Ax.org/%24e-1_x: reply", &map),
+        "is https://matrix.to/#/!a1%3Ahs/%24mc-prompt-2: reply"
+    );
 }

@@ -7,21 +7,71 @@
 use super::{InProcess, NOW};
 use crate::alphabet::Adapter;
 use crate::world::{
-    AgentOp, BadRequest, Change, Ident, Key, Observation, Odd, Redactor, Rel, Rid, Sel, Sess, Text,
-    ToolAnswer, Who, World,
+    AgentOp, BadRequest, Change, Ident, Key, Lbl, Observation, Odd, Redactor, Rel, Rid, Sel, Sess,
+    Text, ToolAnswer, Who, World,
 };
 use mc_model::{AgentText, AgentWrite, EventId, Input};
-use mc_server::engine::WriteAnswer;
+use mc_server::engine::{BindAnswer, WriteAnswer};
 use mc_server::write::markdown_text;
 
 impl Adapter for InProcess {
-    fn attach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
+    /// A known session attaches with the label its MCP session was created with
+    /// (the server keeps it with the session).
+    fn attach(&mut self, world: &World, session: &Sess) -> Result<(), String> {
         self.wire.net.lock().unwrap().broken.remove(&session.id());
         self.submit(Input::Attach {
             identity: session.ident().id(),
             session: session.id(),
-            label: None,
+            label: world.label_of(*session, None).map(Lbl::label),
         })
+    }
+
+    fn attach_labelled(&mut self, _: &World, session: &Sess, label: &Lbl) -> Result<(), String> {
+        self.wire.net.lock().unwrap().broken.remove(&session.id());
+        self.submit(Input::Attach {
+            identity: session.ident().id(),
+            session: session.id(),
+            label: Some(label.label()),
+        })
+    }
+
+    /// The engine's `bind`, which the operator socket answers from.
+    fn bind(
+        &mut self,
+        _: &World,
+        ident: &Ident,
+        label: &Lbl,
+        room: &Option<u8>,
+    ) -> Result<(), String> {
+        let answer = self
+            .rt
+            .block_on(
+                self.engine
+                    .bind(ident.id(), label.label(), room.map(|n| ident.room(n))),
+            )
+            .map_err(|e| e.to_string())?;
+        let answer = match answer {
+            BindAnswer::Bound(changes) => crate::world::BindAnswer::Bound(
+                changes
+                    .into_iter()
+                    .map(|(label, room)| (label.as_str().to_owned(), room))
+                    .collect(),
+            ),
+            BindAnswer::Dropped(mc_model::DropReason::NotJoined) => {
+                crate::world::BindAnswer::NotJoined
+            }
+            BindAnswer::Dropped(reason) => return Err(format!("bind dropped: {reason:?}")),
+        };
+        self.wire
+            .net
+            .lock()
+            .unwrap()
+            .observed
+            .push(Observation::Bind {
+                ident: *ident,
+                answer,
+            });
+        Ok(())
     }
 
     fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {

@@ -7,8 +7,8 @@
 //! agent's writes are in `agent`.
 
 use super::events::megolm_content;
+use super::{BindAnswer, Key, Lbl, Observation, Rel, REAL_SETTLE};
 use super::{Change, EvKind, Ident, Mode, Odd, Redactor, Rid, Sel, Sess, Text, Who, World};
-use super::{Key, Observation, Rel, REAL_SETTLE};
 use crate::alphabet::Action;
 use mc_model::Input;
 use mc_model::{Message, MessageContent, Reaction, Redaction, Undecryptable};
@@ -26,6 +26,7 @@ impl World {
         self.case = None;
         self.decrypted = None;
         self.drops.clear();
+        self.bound.clear();
         self.apply_one(action);
         if self.mode == Mode::Real {
             // Wall-clock time passes between actions: a vote's 1 ms settle window ends
@@ -37,7 +38,9 @@ impl World {
 
     fn apply_one(&mut self, action: &Action) {
         match *action {
-            Action::Attach { session } => self.attach(session),
+            Action::Attach { session } => self.attach(session, None),
+            Action::AttachLabelled { session, label } => self.attach(session, Some(label)),
+            Action::Bind { ident, label, room } => self.bind(ident, label, room),
             Action::Detach { session } => self.run(Input::Detach {
                 identity: session.ident().id(),
                 session: session.id(),
@@ -119,15 +122,37 @@ impl World {
 /// The MCP side and the process: sessions attach, the agent acknowledges, the process
 /// restarts.
 impl World {
-    /// The session's stream opens (a broken one is open again).
-    fn attach(&mut self, session: Sess) {
+    /// The session's stream opens (a broken one is open again); a new MCP session
+    /// is created with `label`, a known one keeps the label it was created with.
+    fn attach(&mut self, session: Sess, label: Option<Lbl>) {
         self.broken.remove(&session);
-        self.known.insert(session);
+        let label = self.label_of(session, label);
+        self.known.insert(session, label);
         self.run(Input::Attach {
             identity: session.ident().id(),
             session: session.id(),
-            label: None,
+            label: label.map(Lbl::label),
         });
+    }
+
+    /// The operator's `matrix-channel bind`: what it answers is seen.
+    fn bind(&mut self, ident: Ident, label: Lbl, room: Option<u8>) {
+        self.run(Input::Bind {
+            identity: ident.id(),
+            label: label.label(),
+            room: room.map(|n| ident.room(n)),
+        });
+        let answer = if self
+            .drops
+            .iter()
+            .any(|(_, reason)| *reason == mc_model::DropReason::NotJoined)
+        {
+            BindAnswer::NotJoined
+        } else {
+            BindAnswer::Bound(std::mem::take(&mut self.bound))
+        };
+        self.case = Some(format!("bind: {}", answer.case()));
+        self.expected.push(Observation::Bind { ident, answer });
     }
 
     /// The agent acknowledges the identity's n-th message; on a real server the

@@ -39,12 +39,14 @@ mod reference;
 mod values;
 
 pub use events::{Ev, EvKind};
-pub use observation::{log_params, normalize_content, Observation, ToolAnswer, LOG_METHOD};
+pub use observation::{
+    log_params, normalize_content, BindAnswer, Observation, ToolAnswer, LOG_METHOD,
+};
 pub use precondition::precondition;
 pub use reference::{transitions, InProcessMode, ModeOf, RealMode, Reference};
 pub use values::{
-    AgentOp, AgentRel, BadRequest, Change, Key, Odd, Redactor, Rel, Say, Sel, Text, AGENT_CHAT,
-    CHAT,
+    AgentOp, AgentRel, BadRequest, Change, Key, Lbl, Odd, Redactor, Rel, Say, Sel, Text,
+    AGENT_CHAT, CHAT,
 };
 
 use mc_model::{
@@ -53,7 +55,7 @@ use mc_model::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// `notifications/claude/channel` (Claude Code channel contract).
 pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
@@ -294,8 +296,10 @@ pub struct World {
     pub events: Vec<Ev>,
     /// Sessions whose stream broke and has not reopened.
     pub broken: BTreeSet<Sess>,
-    /// Sessions that have attached at least once (they have an MCP session).
-    pub known: BTreeSet<Sess>,
+    /// Sessions that have attached at least once (they have an MCP session), with the
+    /// label their MCP session was created with (fixed from then on: the server
+    /// reads it when the session is created).
+    pub known: BTreeMap<Sess, Option<Lbl>>,
     /// What the last action must cause.
     pub expected: Vec<Observation>,
     /// The model inputs of the last action, outcomes included (for reports).
@@ -325,6 +329,8 @@ pub struct World {
     pub decrypted: Option<usize>,
     /// The drop reasons of the last action's effects.
     drops: Vec<(Option<EventId>, mc_model::DropReason)>,
+    /// The bindings the last action changed (`Effect::Bound`: label, room).
+    bound: Vec<(String, Option<RoomId>)>,
 }
 
 impl World {
@@ -355,7 +361,7 @@ impl World {
             now: START,
             events: Vec::new(),
             broken: BTreeSet::new(),
-            known: BTreeSet::new(),
+            known: BTreeMap::new(),
             expected: Vec::new(),
             inputs: Vec::new(),
             wrote: Vec::new(),
@@ -367,6 +373,7 @@ impl World {
             case: None,
             decrypted: None,
             drops: Vec::new(),
+            bound: Vec::new(),
         }
     }
 
@@ -412,6 +419,24 @@ impl World {
                 .and_then(|i| i.sessions().get(&session.id())),
             Some(SessionPhase::Live | SessionPhase::Attaching { .. })
         )
+    }
+
+    /// The label the session attaches with: the one its MCP session was created
+    /// with, else `label` (an unknown session's attach creates its MCP session).
+    pub fn label_of(&self, session: Sess, label: Option<Lbl>) -> Option<Lbl> {
+        self.known.get(&session).copied().unwrap_or(label)
+    }
+
+    /// Whether the session can attach with `label` without the model asking for a
+    /// room: no label, or one the identity has bound (to a room or to none). Room
+    /// creation is not in the world (conformance/skip.txt).
+    pub fn attach_routed(&self, session: Sess, label: Option<Lbl>) -> bool {
+        label.is_none_or(|l| {
+            self.channel
+                .identity(&session.ident().id())
+                .and_then(|i| i.bindings().get(&l.label()))
+                .is_some_and(|b| !matches!(b, mc_model::Binding::Creating { .. }))
+        })
     }
 
     /// Whether the model has the session attached and past its attach grace.

@@ -40,6 +40,30 @@ pub enum Observation {
     Wrote { ident: Ident, answer: ToolAnswer },
     /// The identity joined a room (on an invite).
     Joined { ident: Ident, room: RoomId },
+    /// What the operator's `matrix-channel bind` answered.
+    Bind { ident: Ident, answer: BindAnswer },
+}
+
+/// What `matrix-channel bind` answers: every binding of the identity the command
+/// changed, in the model's order (a label and its room, `None` when unbound; a room
+/// bound to another label first unbinds that one), or that the identity is not
+/// joined to the room.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BindAnswer {
+    Bound(Vec<(String, Option<RoomId>)>),
+    NotJoined,
+}
+
+impl BindAnswer {
+    /// The coverage case: how many labels changed, or the refusal.
+    pub fn case(&self) -> &'static str {
+        match self {
+            BindAnswer::Bound(changes) if changes.len() > 1 => "the room moved from another label",
+            BindAnswer::Bound(changes) if changes.iter().any(|(_, r)| r.is_none()) => "unbound",
+            BindAnswer::Bound(_) => "bound",
+            BindAnswer::NotJoined => "not joined",
+        }
+    }
 }
 
 /// What a write tool answers: the events it sent, or an error's `kind`
@@ -267,17 +291,22 @@ impl World {
                 });
                 None
             }
-            // The join succeeds; the homeserver's sync then delivers the join event.
-            // The world attaches no labelled session, so the model asks for no room;
-            // were it to, the in-process wire creates none (`Wire::create_room`'s
-            // default). Labelled sessions in conformance: not built yet (issue 26).
+            // A labelled session attaches only with a label the identity has bound
+            // (`World::attach_routed`), so the model asks for no room; were it to, the
+            // in-process wire creates none (`Wire::create_room`'s default).
             Effect::CreateRoom { id, .. } => Some(Input::Completed {
                 id,
                 outcome: mc_model::Outcome::Failed {
                     reason: "this wire creates no rooms".to_owned(),
                 },
             }),
-            Effect::Bound { .. } | Effect::Typing { .. } => None,
+            Effect::Bound { label, room, .. } => {
+                self.bound.push((label.as_str().to_owned(), room));
+                None
+            }
+            // Typing is ephemeral (no timeline event a client keeps); the e2e
+            // scenarios see it in a person's sync.
+            Effect::Typing { .. } => None,
             Effect::JoinRoom { id, identity, room } => {
                 let ident = ident_of(&identity);
                 self.expected.push(Observation::Joined {

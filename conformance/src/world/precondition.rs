@@ -12,7 +12,17 @@ use mc_model::{AgentWrite, MsgType, RoomId};
 pub fn precondition(world: &World, action: &Action) -> bool {
     let real = world.mode == Mode::Real;
     match *action {
-        Action::Attach { session } => !world.is_attached(session),
+        Action::Attach { session } => {
+            !world.is_attached(session)
+                && world.attach_routed(session, world.label_of(session, None))
+        }
+        // A label is given when the MCP session is created: a new session only.
+        Action::AttachLabelled { session, label } => {
+            !world.known.contains_key(&session) && world.attach_routed(session, Some(label))
+        }
+        // A room the identity is not joined to is refused (`not_joined`), and on a
+        // real server too; any label may be bound or unbound.
+        Action::Bind { .. } => true,
         Action::Detach { session } => world.is_attached(session),
         Action::Message {
             ident, sender, rel, ..
@@ -62,7 +72,7 @@ pub fn precondition(world: &World, action: &Action) -> bool {
         }),
         // A real client sends from an open transport.
         Action::PermissionRequest { session, .. } => {
-            world.known.contains(&session) && (!real || world.is_live(session))
+            world.known.contains_key(&session) && (!real || world.is_live(session))
         }
         Action::Acknowledge {
             ident,
@@ -70,13 +80,13 @@ pub fn precondition(world: &World, action: &Action) -> bool {
             target,
         } => {
             session.is_none_or(|s| {
-                s.ident() == ident && world.known.contains(&s) && (!real || world.is_live(s))
+                s.ident() == ident && world.known.contains_key(&s) && (!real || world.is_live(s))
             }) && world.ack_sel(ident, target).is_some()
         }
         Action::AgentWrite { ident, op } => agent_write_possible(world, ident, op),
         // A real client sends from an open transport.
         Action::InvalidPermissionRequest { session, .. } => {
-            world.known.contains(&session) && (!real || world.is_live(session))
+            world.known.contains_key(&session) && (!real || world.is_live(session))
         }
         Action::BreakStream { session } => {
             !real && world.is_attached(session) && !world.broken.contains(&session)

@@ -6,8 +6,8 @@
 use super::agent::agent_write_options;
 use super::precondition::real_membership_possible;
 use super::{
-    precondition, BadRequest, Change, Ident, Key, Mode, Odd, Redactor, Rel, Rid, Sel, Sess, Text,
-    Who, World, ATTACH_GRACE, CHAT, GRACE, SETTLE, TTL,
+    precondition, BadRequest, Change, Ident, Key, Lbl, Mode, Odd, Redactor, Rel, Rid, Sel, Sess,
+    Text, Who, World, ATTACH_GRACE, CHAT, GRACE, SETTLE, TTL,
 };
 use crate::alphabet::{kind_of, Action};
 use mc_model::SessionPhase;
@@ -57,6 +57,8 @@ impl<M: ModeOf> ReferenceStateMachine for Reference<M> {
                 || matches!(
                     (action.kind(), k),
                     (K::Restart, K::Membership | K::PermissionRequest)
+                        // A known session attaches with its MCP session's label.
+                        | (K::Attach, K::AttachLabelled)
                         | (
                             K::Redeliver,
                             K::Message | K::Reaction | K::Redaction | K::Undecryptable
@@ -82,14 +84,46 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
     let mut options: Vec<(u32, BoxedStrategy<Action>)> = Vec::new();
     let (live, idle): (Vec<Sess>, Vec<Sess>) =
         Sess::ALL.into_iter().partition(|s| world.is_attached(*s));
-    if !idle.is_empty() {
+    // A session attaches with the label its MCP session has (none for a new one),
+    // or a new one with a label the identity has bound.
+    let attachable: Vec<Sess> = idle
+        .iter()
+        .copied()
+        .filter(|s| world.attach_routed(*s, world.label_of(*s, None)))
+        .collect();
+    if !attachable.is_empty() {
         options.push((
             if real { 8 } else { 4 },
-            pick(idle)
+            pick(attachable)
                 .prop_map(|session| Action::Attach { session })
                 .boxed(),
         ));
     }
+    let labelled: Vec<(Sess, Lbl)> = idle
+        .iter()
+        .filter(|s| !world.known.contains_key(s))
+        .flat_map(|s| Lbl::ALL.map(|l| (*s, l)))
+        .filter(|(s, l)| world.attach_routed(*s, Some(*l)))
+        .collect();
+    if !labelled.is_empty() {
+        options.push((
+            if real { 6 } else { 3 },
+            pick(labelled)
+                .prop_map(|(session, label)| Action::AttachLabelled { session, label })
+                .boxed(),
+        ));
+    }
+    // The operator binds a label to one of the identity's rooms, or unbinds it.
+    options.push((
+        if real { 2 } else { 1 },
+        (
+            pick(Ident::ALL.to_vec()),
+            pick(Lbl::ALL.to_vec()),
+            prop_oneof![3 => (0u8..2).prop_map(Some), 1 => Just(None)],
+        )
+            .prop_map(|(ident, label, room)| Action::Bind { ident, label, room })
+            .boxed(),
+    ));
     if !live.is_empty() {
         options.push((
             1,
@@ -120,6 +154,8 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         2 => pick(rids.clone()).prop_map(Text::No),
         1 => Just(Text::Notice),
         1 => Just(Text::Emote),
+        1 => pick(Lbl::ALL.to_vec()).prop_map(Text::BindTo),
+        1 => Just(Text::Unbind),
     ];
     let has_prompts = world.sel(Sel::Prompt(0)).is_some();
     let has_messages = world.sel(Sel::Message(0)).is_some();
@@ -234,7 +270,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
     options.extend(agent_write_options(world, &rids, has_prompts, has_messages));
     let known: Vec<Sess> = world
         .known
-        .iter()
+        .keys()
         .copied()
         .filter(|s| !real || world.is_live(*s))
         .collect();
@@ -304,7 +340,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         )];
         let asking: Vec<Sess> = world
             .known
-            .iter()
+            .keys()
             .copied()
             .filter(|s| {
                 precondition(

@@ -6,7 +6,7 @@
 //! sequence meaningful; each knows its wire form.
 
 use super::{Rid, Who};
-use mc_model::{AgentText, MsgType, RequestId};
+use mc_model::{AgentText, Label, MsgType, RequestId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -33,6 +33,10 @@ pub enum Text {
     Notice,
     /// An `m.emote`.
     Emote,
+    /// `bind <label>`: an approver's room command makes the room the label's.
+    BindTo(Lbl),
+    /// `unbind`: an approver's room command unbinds the room's label.
+    Unbind,
 }
 
 impl Text {
@@ -51,7 +55,32 @@ impl Text {
             Text::No(r) => format!("No {}", r.as_str().to_uppercase()),
             Text::Notice => "a bot's notice".to_owned(),
             Text::Emote => "waves".to_owned(),
+            Text::BindTo(l) => format!("bind {}", l.as_str()),
+            Text::Unbind => "unbind".to_owned(),
         }
+    }
+}
+
+/// The two session labels (`?room=<label>` of a channel session, the label of
+/// `matrix-channel bind`; docs/decisions/0026-session-rooms.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Lbl {
+    Web,
+    Api,
+}
+
+impl Lbl {
+    pub const ALL: [Lbl; 2] = [Lbl::Web, Lbl::Api];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lbl::Web => "web",
+            Lbl::Api => "api",
+        }
+    }
+
+    pub fn label(self) -> Label {
+        Label::parse(self.as_str()).expect("a valid label")
     }
 }
 
