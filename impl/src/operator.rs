@@ -22,7 +22,9 @@
 //!   a label [`Label::parse`] refuses, a malformed room id, a malformed body), 409
 //!   `not_joined`, 503 `stopping`. `GET /bindings?identity=NAME` answers 200
 //!   `{"bindings": [{"label", "room": id | null, "state": "room" | "creating" |
-//!   "unbound", "sessions": n}, …]}` from the model's state (`sessions`: the attached
+//!   "unbound" | "no_room", "sessions": n}, …]}` from the model's state, by label:
+//!   every bound label and every attached session's label (`no_room`: one the model
+//!   has no binding for, its room left or not created; `sessions`: the attached
 //!   sessions with that label); 400 for an unknown identity.
 //!
 //! The model decides every binding ([`crate::engine::EngineHandle::bind`]); this
@@ -96,6 +98,10 @@ pub enum BindingState {
     Room,
     Creating,
     Unbound,
+    /// An attached session's label with no binding: the identity left its room, or
+    /// creating it failed. Its sessions get no events; the label's next attach
+    /// creates a room, and `bind` gives it one at once.
+    NoRoom,
 }
 
 /// One label of `GET /bindings`.
@@ -246,33 +252,49 @@ async fn bindings(
     let bindings = engine
         .read(move |c| {
             let state = c.identity(&identity)?;
-            Some(
+            let sessions_of = |label: &Label| {
                 state
-                    .bindings()
+                    .sessions()
                     .iter()
-                    .map(|(label, binding)| {
-                        let (room, kind) = match binding {
-                            Binding::Room { room } => (Some(room.0.clone()), BindingState::Room),
-                            Binding::Creating { .. } => (None, BindingState::Creating),
-                            Binding::Unbound => (None, BindingState::Unbound),
-                        };
-                        let sessions = state
-                            .sessions()
-                            .iter()
-                            .filter(|(session, phase)| {
-                                **phase != SessionPhase::Detached
-                                    && state.label_of(session) == Some(label)
-                            })
-                            .count();
-                        LabelBinding {
-                            label: label.to_string(),
-                            room,
-                            state: kind,
-                            sessions,
-                        }
+                    .filter(|(session, phase)| {
+                        **phase != SessionPhase::Detached && state.label_of(session) == Some(label)
                     })
-                    .collect::<Vec<_>>(),
-            )
+                    .count()
+            };
+            let mut labels: std::collections::BTreeMap<&Label, LabelBinding> = state
+                .bindings()
+                .iter()
+                .map(|(label, binding)| {
+                    let (room, kind) = match binding {
+                        Binding::Room { room } => (Some(room.0.clone()), BindingState::Room),
+                        Binding::Creating { .. } => (None, BindingState::Creating),
+                        Binding::Unbound => (None, BindingState::Unbound),
+                    };
+                    let binding = LabelBinding {
+                        label: label.to_string(),
+                        room,
+                        state: kind,
+                        sessions: sessions_of(label),
+                    };
+                    (label, binding)
+                })
+                .collect();
+            // An attached session's label the model has no binding for: its room was
+            // left or could not be created.
+            for (session, phase) in state.sessions() {
+                match state.label_of(session) {
+                    Some(label) if *phase != SessionPhase::Detached => {
+                        labels.entry(label).or_insert_with(|| LabelBinding {
+                            label: label.to_string(),
+                            room: None,
+                            state: BindingState::NoRoom,
+                            sessions: sessions_of(label),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            Some(labels.into_values().collect::<Vec<_>>())
         })
         .await
         .map_err(Refusal::stopping)?;
@@ -485,11 +507,12 @@ pub fn change_line(change: &Change) -> String {
 }
 
 /// `api -> !abc:server (1 session)`, `ops -> (creating) (2 sessions)`,
-/// `web -> (unbound) (0 sessions)`.
+/// `web -> (unbound) (0 sessions)`, `docs -> (no room) (1 session)`.
 pub fn binding_line(binding: &LabelBinding) -> String {
     let to = match (binding.state, binding.room.as_deref()) {
         (BindingState::Room, Some(room)) => room,
         (BindingState::Creating, _) => "(creating)",
+        (BindingState::NoRoom, _) => "(no room)",
         (BindingState::Room | BindingState::Unbound, _) => "(unbound)",
     };
     let noun = if binding.sessions == 1 {
@@ -720,6 +743,43 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn bindings_lists_the_label_of_an_attached_session_whose_room_the_bot_left() {
+        let engine = spawn(NoWire::default());
+        let app = router(engine.clone());
+        post_bind(
+            &app,
+            json!({"identity": "bot", "label": "ops", "room": "!r:hs"}),
+        )
+        .await;
+        engine
+            .submit(Input::Attach {
+                identity: IdentityId("bot".into()),
+                session: SessionId("s-ops".into()),
+                label: Some(Label::parse("ops").unwrap()),
+            })
+            .unwrap();
+        engine
+            .submit(Input::Membership {
+                identity: IdentityId("bot".into()),
+                room: RoomId("!r:hs".into()),
+                event_id: None,
+                user: UserId("@bot:hs".into()),
+                membership: mc_model::Membership::Left,
+            })
+            .unwrap();
+        let answer = send(&app, "GET", "/bindings?identity=bot", None).await;
+        assert_eq!(
+            answer,
+            (
+                200,
+                json!({"bindings": [
+                    {"label": "ops", "room": null, "state": "no_room", "sessions": 1},
+                ]})
+            )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_stopped_engine_is_503_stopping() {
         let engine = spawn(NoWire::default());
         engine.shutdown().await;
@@ -763,6 +823,10 @@ mod tests {
         assert_eq!(
             binding_line(&binding(None, BindingState::Unbound, 0)),
             "ops -> (unbound) (0 sessions)"
+        );
+        assert_eq!(
+            binding_line(&binding(None, BindingState::NoRoom, 1)),
+            "ops -> (no room) (1 session)"
         );
     }
 
