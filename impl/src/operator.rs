@@ -327,8 +327,9 @@ impl Drop for OperatorSocket {
 
 /// Listens on `<store_dir>/operator.sock` (mode 0600, bound race-free as the module
 /// says) with [`router`] over `engine`, until `stop` is set. The caller holds the
-/// store lock: a socket file already there is stale, and the rename replaces it; a
-/// private directory a crash left is removed first. A path too long
+/// store lock: a socket file already there is stale, and the rename replaces it
+/// (a symlink there is replaced, not followed); whatever a crash left at the private
+/// directory's path (a directory, a file, a symlink, not followed) is removed first. A path too long
 /// for a socket address: logs a warning naming it and returns `None`.
 /// Errors: the socket cannot be created, bound or moved into place.
 pub fn listen(
@@ -349,7 +350,14 @@ pub fn listen(
     }
     let private = store_dir.join(BIND_DIR);
     let bound_at = private.join("s");
-    match std::fs::remove_dir_all(&private) {
+    // Whatever is there is a crash's leftover or a stray: a directory goes with its
+    // contents, anything else (a symlink too, never followed) as a file.
+    let removed = match std::fs::symlink_metadata(&private) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&private),
+        Ok(_) => std::fs::remove_file(&private),
+        Err(e) => Err(e),
+    };
+    match removed {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("removing {}", private.display())),
@@ -897,6 +905,43 @@ mod tests {
                 socket_path(&dir.0).display()
             )
         );
+    }
+
+    #[tokio::test]
+    async fn what_lies_at_the_sockets_paths_is_replaced_and_no_symlink_is_followed() {
+        use std::os::unix::fs::symlink;
+        let dir = TempDir::new();
+        let store = dir.0.join("store");
+        std::fs::create_dir(&store).unwrap();
+        let elsewhere = dir.0.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("kept"), "kept").unwrap();
+        std::fs::write(dir.0.join("file"), "kept").unwrap();
+        symlink(&elsewhere, store.join(BIND_DIR)).unwrap();
+        symlink(dir.0.join("file"), socket_path(&store)).unwrap();
+        let socket = listen(&store, spawn(NoWire::default()), Stop::new())
+            .unwrap()
+            .expect("a socket");
+        assert_eq!(
+            std::fs::read_to_string(elsewhere.join("kept")).unwrap(),
+            "kept"
+        );
+        assert_eq!(std::fs::read_to_string(dir.0.join("file")).unwrap(), "kept");
+        let meta = std::fs::symlink_metadata(socket.path()).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()));
+        assert!(std::fs::symlink_metadata(store.join(BIND_DIR)).is_err());
+        drop(socket);
+        assert_eq!(std::fs::read_to_string(dir.0.join("file")).unwrap(), "kept");
+
+        // A plain file where the private directory goes.
+        std::fs::write(store.join(BIND_DIR), "stray").unwrap();
+        let stop = Stop::new();
+        let socket = listen(&store, spawn(NoWire::default()), stop.clone())
+            .unwrap()
+            .expect("a socket");
+        assert!(std::fs::symlink_metadata(store.join(BIND_DIR)).is_err());
+        bindings_command(&store, "bot").await.unwrap();
+        drop(socket);
     }
 
     #[tokio::test]
