@@ -376,19 +376,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 room.as_deref(),
             )
             .await?;
-            for line in lines {
-                println!("{line}");
-            }
-            Ok(())
+            mc_server::operator::write_lines(&mut std::io::stdout().lock(), &lines)
+                .context("writing to stdout")
         }
         Command::Bindings { identity } => {
             let config = load(&cli.config)?;
             known_identity(&config, &identity)?;
             let lines = mc_server::operator::bindings_command(&config.store_dir, &identity).await?;
-            for line in lines {
-                println!("{line}");
-            }
-            Ok(())
+            mc_server::operator::write_lines(&mut std::io::stdout().lock(), &lines)
+                .context("writing to stdout")
         }
         Command::Token { command } => {
             let config = load(&cli.config)?;

@@ -505,6 +505,20 @@ pub async fn bindings_command(store_dir: &Path, identity: &str) -> anyhow::Resul
     Ok(bindings.bindings.iter().map(binding_line).collect())
 }
 
+/// Writes `lines` to `out`, one a line, for `bind` and `bindings`. A reader that
+/// went away (`matrix-channel bindings | head -1`) ends the output quietly: what
+/// `serve` did is done. Errors: any other write error.
+pub fn write_lines(out: &mut impl std::io::Write, lines: &[String]) -> std::io::Result<()> {
+    let written = lines
+        .iter()
+        .try_for_each(|line| writeln!(out, "{line}"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// `api -> !abc:server`, or `web -> (unbound)`.
 pub fn change_line(change: &Change) -> String {
     format!(
@@ -836,6 +850,38 @@ mod tests {
             binding_line(&binding(None, BindingState::NoRoom, 1)),
             "ops -> (no room) (1 session)"
         );
+    }
+
+    #[test]
+    fn lines_end_quietly_when_the_reader_went_away() {
+        struct Gone(usize);
+        impl std::io::Write for Gone {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(std::io::ErrorKind::BrokenPipe.into());
+                }
+                self.0 -= 1;
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = ["a -> (unbound)".to_owned(), "b -> (unbound)".to_owned()];
+        write_lines(&mut Gone(1), &lines).unwrap();
+        let mut out = Vec::new();
+        write_lines(&mut out, &lines).unwrap();
+        assert_eq!(out, b"a -> (unbound)\nb -> (unbound)\n");
+        struct Full;
+        impl std::io::Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::StorageFull.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(write_lines(&mut Full, &lines).is_err());
     }
 
     /// A fresh store directory under the system's temp dir, removed when dropped.
