@@ -60,10 +60,7 @@ impl StoreLock {
     /// directory or file cannot be created.
     pub fn acquire(dir: &Path, what: &str) -> Result<StoreLock, StoreError> {
         use std::io::{Read as _, Seek as _, Write as _};
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        create_private_dir(dir)?;
         let path = dir.join("lock");
         let lock_err = |source| StoreError::Lock {
             path: path.clone(),
@@ -242,14 +239,42 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-impl Store {
-    /// Opens (creating if needed) the database in `dir`.
-    /// Errors: the directory cannot be created or the database cannot be opened.
-    pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+/// Creates `dir` and its missing parents readable by their owner only (mode 0700):
+/// the store holds the identities' Matrix sessions and access tokens. A directory that
+/// exists keeps its mode; one that other users can enter gets a warning naming it.
+/// Errors: the directory cannot be created.
+fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let existed = dir.is_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| StoreError::Dir {
             path: dir.to_path_buf(),
             source,
         })?;
+    if existed {
+        if let Ok(meta) = std::fs::metadata(dir) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    "the store directory {} is open to other users (mode {mode:o}); it holds \
+                     the identities' Matrix sessions: `chmod 700` it",
+                    dir.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Opens (creating if needed, mode 0700: [`create_private_dir`]) the database in
+    /// `dir`.
+    /// Errors: the directory cannot be created or the database cannot be opened.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        create_private_dir(dir)?;
         let path = dir.join("matrix-channel.sqlite3");
         let conn = Connection::open(&path).map_err(|source| StoreError::Open {
             path: path.clone(),
@@ -595,6 +620,26 @@ mod tests {
                 let _ = std::fs::remove_dir_all(&self.0);
             }
         }
+    }
+
+    #[test]
+    fn a_new_store_directory_and_its_new_parents_are_its_owners_only_and_an_old_one_keeps_its_mode()
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempdir::Dir::new();
+        let store_dir = dir.path().join("state").join("store");
+        drop(Store::open(&store_dir).unwrap());
+        assert_eq!(mode(&store_dir), 0o700);
+        assert_eq!(mode(&dir.path().join("state")), 0o700);
+        drop(StoreLock::acquire(&dir.path().join("locked"), "serve").unwrap());
+        assert_eq!(mode(&dir.path().join("locked")), 0o700);
+
+        let old = dir.path().join("old");
+        std::fs::create_dir(&old).unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+        drop(Store::open(&old).unwrap());
+        assert_eq!(mode(&old), 0o755);
     }
 
     #[test]
