@@ -1333,6 +1333,10 @@ pub struct World {
     /// Re-arrivals of events (see [`HISTORY_REDELIVERED_IS_INPUT`]): the step at which
     /// identity `i` took event `e` as new.
     rearrived: BTreeMap<(usize, EventId), usize>,
+    /// Events identity `i` was handed while not joined to their room: the model keeps
+    /// them as history from then on (`is_history`), so a later redelivery, joined
+    /// again, is dropped as not joined rather than as a duplicate.
+    seen_unjoined: BTreeSet<(usize, EventId)>,
     /// `handle` calls made before the first op (the joins at the start).
     start_handled: u64,
     /// The sessions live before the input being handled (timers fire first, so a
@@ -1494,6 +1498,7 @@ impl World {
             reissued_ever: BTreeSet::new(),
             detached_by_restart: BTreeSet::new(),
             rearrived: BTreeMap::new(),
+            seen_unjoined: BTreeSet::new(),
             start_handled: 0,
             live_before: BTreeSet::new(),
             prompts_before: Vec::new(),
@@ -1932,11 +1937,15 @@ impl World {
                     // Due timers fire first, so what follows is the event's doing alone.
                     self.handle(self.now, Input::Tick);
                     let effects = self.handle(self.now, input);
+                    let seen_unjoined = self.seen_unjoined.contains(&(i, ev.id.clone()));
                     assert!(
                         effects.iter().any(|e| matches!(
                             e,
                             Effect::Dropped { event_id: Some(id), reason, .. }
-                                if *id == ev.id && (!logged || *reason == DropReason::Duplicate)
+                                if *id == ev.id
+                                    && (!logged
+                                        || *reason == DropReason::Duplicate
+                                        || seen_unjoined && *reason == DropReason::NotJoined)
                         )),
                         "a re-delivered event {} was not dropped as a duplicate: {effects:?}",
                         ev.id
@@ -3002,6 +3011,7 @@ impl World {
             [dropped],
             "{id} of a room identity {i} is not joined to was not only dropped as not joined"
         );
+        self.seen_unjoined.insert((i, id.clone()));
         self.reached.not_joined += 1;
     }
 
