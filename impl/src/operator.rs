@@ -173,7 +173,9 @@ pub fn router(engine: EngineHandle) -> axum::Router {
 }
 
 /// `name` as an identity of the model. Errors: 400 when the model has no such
-/// identity, 503 when the engine has stopped.
+/// identity, 503 when the engine has stopped. A read for validation, not a decision:
+/// the model drops a bind of an unknown identity itself (`UnknownIdentity`, answered
+/// alike); this read keeps such a request out of the journal.
 async fn known(engine: &EngineHandle, name: &str) -> Result<IdentityId, Refusal> {
     let identity = IdentityId(name.to_owned());
     let probe = identity.clone();
@@ -249,6 +251,7 @@ async fn bindings(
 ) -> Result<Json<Bindings>, Refusal> {
     let Query(query) = query.map_err(|e| Refusal::bad_request(e.body_text()))?;
     let identity = IdentityId(query.identity.clone());
+    // A read for display: it reports the model's bindings and decides nothing.
     let bindings = engine
         .read(move |c| {
             let state = c.identity(&identity)?;
