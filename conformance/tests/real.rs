@@ -151,6 +151,21 @@ impl Real {
             ann.wait_joined(room, &bot_a.user_id).await;
         }
         ann.wait_joined(&b0, &bot_b.user_id).await;
+        // The homeserver has the joins; the engine may not have them yet, and an
+        // operator's `bind` (which does not wait behind the sync) would find the
+        // identity in no room. Its journal takes each join before the model acts on
+        // it, and a later input queues behind it.
+        for (identity, bot, room) in [("a", &bot_a, &a0), ("a", &bot_a, &a1), ("b", &bot_b, &b0)] {
+            server
+                .wait_journaled(&format!("{identity}'s join of {room}"), |input| {
+                    input["type"] == "membership"
+                        && input["identity"] == identity
+                        && input["room"] == room.as_str()
+                        && input["user"] == bot.user_id.as_str()
+                        && input["membership"]["membership"] == "joined"
+                })
+                .await;
+        }
         let since = ann.sync(None, 0, None).await["next_batch"]
             .as_str()
             .expect("next_batch")
@@ -759,13 +774,36 @@ impl Adapter for Real {
                 harness::human::enc(&real_room)
             )
         };
+        // The bot's membership in the room as the engine journals it: an operator's
+        // `bind` next does not wait behind the sync, so a change the homeserver
+        // already has is waited for until the engine has it too.
+        let ident_name = ident.id().0;
+        let bot_membership = |membership: &'static str| {
+            let (ident_name, room, user) =
+                (ident_name.clone(), real_room.clone(), bot.user_id.clone());
+            move |input: &serde_json::Value| {
+                input["type"] == "membership"
+                    && input["identity"] == ident_name.as_str()
+                    && input["room"] == room.as_str()
+                    && input["user"] == user.as_str()
+                    && input["event_id"].is_string()
+                    && input["membership"]["membership"] == membership
+            }
+        };
         match change {
-            Change::Leave => runtime().block_on(async {
-                Human::from_account(bot)
-                    .await
-                    .call(reqwest::Method::POST, &path("leave"), Some(&json!({})))
-                    .await;
-            }),
+            Change::Leave => {
+                let left = bot_membership("left");
+                let before = self.server.journaled_count(&left);
+                runtime().block_on(async {
+                    Human::from_account(bot.clone())
+                        .await
+                        .call(reqwest::Method::POST, &path("leave"), Some(&json!({})))
+                        .await;
+                    self.server
+                        .wait_journaled_more("the bot's leave", before, left)
+                        .await;
+                })
+            }
             Change::Invite { by } => {
                 let inviter = self.human(*by)?;
                 let predicted = world.expected.iter().any(
@@ -775,6 +813,8 @@ impl Adapter for Real {
                     "state/m.room.member/{}",
                     harness::human::enc(&bot.user_id)
                 ));
+                let join = bot_membership("joined");
+                let before = self.server.journaled_count(&join);
                 let joined = runtime().block_on(async {
                     inviter.invite(&real_room, &bot.user_id).await;
                     let deadline = Instant::now() + if predicted { WAIT } else { REFUSED };
@@ -790,6 +830,11 @@ impl Adapter for Real {
                     }
                 });
                 if joined {
+                    runtime().block_on(self.server.wait_journaled_more(
+                        "the bot's join",
+                        before,
+                        join,
+                    ));
                     self.answers.push(Observation::Joined {
                         ident: *ident,
                         room: sym,

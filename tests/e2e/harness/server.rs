@@ -490,6 +490,37 @@ impl Server {
         }
     }
 
+    /// How many inputs in the engine's journal `pred` accepts now (see
+    /// [`Server::wait_journaled`]).
+    #[allow(dead_code)] // the real conformance target's; e2e shares this harness
+    pub fn journaled_count(&self, pred: impl Fn(&serde_json::Value) -> bool) -> usize {
+        journal_inputs(&self.store_dir().join("journal.sqlite3"))
+            .iter()
+            .filter(|i| pred(i))
+            .count()
+    }
+
+    /// Waits until the journal holds more than `before` inputs that `pred` accepts
+    /// (at most [`WAIT`]): the input awaited was taken, and any input sent to the
+    /// engine from now on is handled after it.
+    #[allow(dead_code)] // the real conformance target's; e2e shares this harness
+    pub async fn wait_journaled_more(
+        &self,
+        what: &str,
+        before: usize,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) {
+        let start = std::time::Instant::now();
+        while self.journaled_count(&pred) <= before {
+            assert!(
+                start.elapsed() < WAIT,
+                "the journal did not take {what} within {WAIT:?}; serve.log:\n{}",
+                self.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// What the store's sync position of `identity` covers: the last timeline event
     /// handed to the model in each room (room id to event id), saved with the position
     /// once the engine has handled a sync response's events.
