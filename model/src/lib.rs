@@ -41,6 +41,7 @@ mod core;
 pub mod effect;
 pub mod event;
 pub mod fallback;
+pub mod grant;
 pub mod ids;
 pub mod meta;
 pub mod prompt_text;

@@ -6,6 +6,7 @@
 //! request carries a five-letter lowercase id drawn from the alphabet `a`..=`z`
 //! without `l`, and the verdict sent back names that id and a behaviour.
 
+use crate::grant::{parse_duration, GrantAsk, Lasts, PREFIX_MAX_CHARS};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -132,13 +133,17 @@ impl From<RequestId> for String {
     }
 }
 
-/// A verdict typed as a Matrix message: a behaviour and the request it answers.
+/// A verdict typed as a Matrix message: a behaviour and the request it answers,
+/// and for an allow, optionally a grant (`always abcde`, `yes abcde 30m`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TextVerdict {
-    /// `y`/`yes` is [`Behavior::Allow`], `n`/`no` is [`Behavior::Deny`].
+    /// `y`/`yes`/`always` is [`Behavior::Allow`], `n`/`no` is [`Behavior::Deny`].
     pub behavior: Behavior,
     /// The request answered, lowercased.
     pub request_id: RequestId,
+    /// The grant asked for with the allow (never with a deny).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<GrantAsk>,
 }
 
 /// `(?i)^\s*(y|yes|n|no)\s+([a-km-z]{5})\s*$`; `\s` is Unicode white space.
@@ -146,8 +151,24 @@ static TEXT_VERDICT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^\s*(y|yes|n|no)\s+([a-km-z]{5})\s*$").expect("constant regex")
 });
 
+/// `(?i)^\s*(always|yes|y)\s+([a-km-z]{5})(?:\s+(.+?))?\s*$`: an allow that
+/// may carry a grant (see [`parse_text_verdict`]); one line.
+static GRANT_VERDICT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(always|yes|y)\s+([a-km-z]{5})(?:\s+(.+?))?\s*$").expect("constant regex")
+});
+
 /// Parses a Matrix message body (`m.text` `body`) as a verdict:
-/// `(?i)^\s*(y|yes|n|no)\s+([a-km-z]{5})\s*$`, the id lowercased.
+/// `(?i)^\s*(y|yes|n|no)\s+([a-km-z]{5})\s*$`, the id lowercased; or an allow
+/// with a grant ([`crate::grant`], docs/decisions/0027-grants.md), on one line:
+///
+/// - `always abcde`: until the session ends;
+/// - `always abcde 2h`, `yes abcde 30m` (`y` too): for that long (`s`, `m` or
+///   `min`, `h`; at most 24 h, longer is cut to it);
+/// - either followed by a prefix of what the request acts on (`always abcde cargo
+///   test`, `yes abcde 30m cargo test`): every subject starting with it; at most
+///   [`PREFIX_MAX_CHARS`] characters, else the message is no verdict.
+///
+/// `yes abcde` followed by anything but a duration is no verdict.
 ///
 /// Case-insensitive in ASCII only (a letter that merely case-folds into a word or
 /// the id, such as U+017F LONG S, makes no verdict), Unicode white space around and
@@ -157,7 +178,9 @@ static TEXT_VERDICT: LazyLock<Regex> = LazyLock::new(|| {
 /// Source: Claude Code channel contract (permission relay: a user answers with
 /// `yes <id>` or `no <id>`).
 pub fn parse_text_verdict(body: &str) -> Option<TextVerdict> {
-    let caps = TEXT_VERDICT.captures(body)?;
+    let Some(caps) = TEXT_VERDICT.captures(body) else {
+        return parse_grant_verdict(body);
+    };
     // `(?i)` also folds U+017F LONG S into `s`, so `ye\u{17F}` matched `yes`: the
     // answer word must be ASCII, like the id below (found by the `verdict` fuzz target).
     if !caps[1].is_ascii() {
@@ -175,6 +198,54 @@ pub fn parse_text_verdict(body: &str) -> Option<TextVerdict> {
     Some(TextVerdict {
         behavior,
         request_id,
+        grant: None,
+    })
+}
+
+/// The grant forms of [`parse_text_verdict`].
+fn parse_grant_verdict(body: &str) -> Option<TextVerdict> {
+    // One line: a line break inside is no grant (a prefix never spans lines).
+    let line_break = |c| {
+        matches!(
+            c,
+            '\n' | '\r' | '\u{0B}' | '\u{0C}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        )
+    };
+    if body.trim().contains(line_break) {
+        return None;
+    }
+    let caps = GRANT_VERDICT.captures(body)?;
+    let word = &caps[1];
+    if !word.is_ascii() {
+        return None;
+    }
+    let always = word.eq_ignore_ascii_case("always");
+    let request_id = RequestId::parse(&caps[2].to_ascii_lowercase()).ok()?;
+    let tail = caps.get(3).map(|m| m.as_str());
+    // The first word of the tail may be a duration; the rest is the prefix as
+    // typed, inner spacing kept.
+    let (first, after) = match tail {
+        Some(tail) => match tail.split_once(char::is_whitespace) {
+            Some((first, after)) => (Some(first), Some(after.trim_start())),
+            None => (Some(tail), None),
+        },
+        None => (None, None),
+    };
+    let (lasts, prefix) = match (first.and_then(parse_duration), always) {
+        (Some(ms), _) => (Lasts::For { ms }, after.map(str::to_owned)),
+        (None, true) => (Lasts::Session, tail.map(str::to_owned)),
+        (None, false) => return None,
+    };
+    if prefix
+        .as_ref()
+        .is_some_and(|p| p.chars().count() > PREFIX_MAX_CHARS)
+    {
+        return None;
+    }
+    Some(TextVerdict {
+        behavior: Behavior::Allow,
+        request_id,
+        grant: Some(GrantAsk { lasts, prefix }),
     })
 }
 
@@ -190,6 +261,7 @@ mod tests {
         Some(TextVerdict {
             behavior,
             request_id: id(request_id),
+            grant: None,
         })
     }
 
@@ -424,5 +496,103 @@ mod tests {
         // KELVIN SIGN folds to `k` and LONG S to `s` under `(?i)`.
         assert_eq!(parse_text_verdict("yes \u{212A}abcd"), None);
         assert_eq!(parse_text_verdict("yes abc\u{17F}d"), None);
+    }
+
+    fn grant(request_id: &str, lasts: Lasts, prefix: Option<&str>) -> Option<TextVerdict> {
+        Some(TextVerdict {
+            behavior: Behavior::Allow,
+            request_id: id(request_id),
+            grant: Some(GrantAsk {
+                lasts,
+                prefix: prefix.map(str::to_owned),
+            }),
+        })
+    }
+
+    #[test]
+    fn always_grants_until_the_session_ends() {
+        assert_eq!(
+            parse_text_verdict("always abcde"),
+            grant("abcde", Lasts::Session, None)
+        );
+        assert_eq!(
+            parse_text_verdict("  Always ABCDE \n"),
+            grant("abcde", Lasts::Session, None)
+        );
+    }
+
+    #[test]
+    fn a_duration_after_the_id_boxes_the_grant_in_time() {
+        let half_hour = Lasts::For { ms: 30 * 60_000 };
+        assert_eq!(
+            parse_text_verdict("yes abcde 30m"),
+            grant("abcde", half_hour, None)
+        );
+        assert_eq!(
+            parse_text_verdict("Y abcde 30min"),
+            grant("abcde", half_hour, None)
+        );
+        assert_eq!(
+            parse_text_verdict("always abcde 2h"),
+            grant("abcde", Lasts::For { ms: 7_200_000 }, None)
+        );
+        assert_eq!(
+            parse_text_verdict("yes abcde 72h"),
+            grant(
+                "abcde",
+                Lasts::For {
+                    ms: crate::grant::GRANT_MAX_MS
+                },
+                None
+            )
+        );
+    }
+
+    #[test]
+    fn words_after_the_id_or_the_duration_are_a_prefix_as_typed() {
+        assert_eq!(
+            parse_text_verdict("always abcde cargo  test -p x"),
+            grant("abcde", Lasts::Session, Some("cargo  test -p x"))
+        );
+        assert_eq!(
+            parse_text_verdict("always abcde cargo"),
+            grant("abcde", Lasts::Session, Some("cargo"))
+        );
+        assert_eq!(
+            parse_text_verdict("yes abcde 30m /work/proj/ "),
+            grant("abcde", Lasts::For { ms: 1_800_000 }, Some("/work/proj/"))
+        );
+        let longest = "x".repeat(PREFIX_MAX_CHARS);
+        assert_eq!(
+            parse_text_verdict(&format!("always abcde {longest}")),
+            grant("abcde", Lasts::Session, Some(&longest))
+        );
+        assert_eq!(
+            parse_text_verdict(&format!("always abcde {longest}x")),
+            None
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_grant_stays_chat() {
+        for body in [
+            "yes abcde please",
+            "yes abcde 30",
+            "no abcde 30m",
+            "n abcde always",
+            "always",
+            "always abcdl",
+            "always abcdef",
+            "alway abcde",
+            "always\u{200B}abcde",
+            "always abcde\nrm -rf ~",
+            "yes abcde 30m\ncargo",
+            "always abcde\u{2028}cargo",
+            "always\r\nabcde",
+            "ALWAY\u{17F} abcde",
+            "always \u{212A}abcd",
+        ] {
+            assert_eq!(parse_text_verdict(body), None, "{body:?}");
+        }
     }
 }
