@@ -609,6 +609,8 @@ impl Recorder {
                 | Effect::WriteRefused { .. }
                 | Effect::LogMessage { .. }
                 | Effect::Acknowledged { .. }
+                | Effect::Granted { .. }
+                | Effect::GrantEnded { .. }
                 | Effect::Dropped { .. } => {}
             }
         }

@@ -37,11 +37,23 @@ pub enum RoomCommand {
     Bind(Label),
     /// `unbind`: the label bound to this room, if any, is unbound.
     Unbind,
+    /// `grants`, `revoke <n>`, `revoke all` (docs/decisions/0027-grants.md).
+    Grant(GrantCommand),
 }
 
-/// Reads `bind <label>` or `unbind` (the word in any case, surrounding whitespace
-/// ignored, nothing else in the body); `None` for anything else, a `bind` whose
-/// label is no [`Label`] included.
+/// What an approver can type about grants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantCommand {
+    /// `grants`: list them.
+    List,
+    /// `revoke <n>` (`Some(n)`) or `revoke all` (`None`).
+    Revoke(Option<u64>),
+}
+
+/// Reads `bind <label>`, `unbind`, `grants`, `revoke <n>` (`n` in decimal ASCII
+/// digits) or `revoke all` (each word in any case, surrounding whitespace ignored,
+/// nothing else in the body); `None` for anything else, a `bind` whose label is no
+/// [`Label`] included.
 pub fn parse_room_command(body: &str) -> Option<RoomCommand> {
     let mut words = body.split_whitespace();
     let command = match (words.next(), words.next()) {
@@ -49,6 +61,16 @@ pub fn parse_room_command(body: &str) -> Option<RoomCommand> {
             RoomCommand::Bind(Label::parse(label).ok()?)
         }
         (Some(word), None) if word.eq_ignore_ascii_case("unbind") => RoomCommand::Unbind,
+        (Some(word), None) if word.eq_ignore_ascii_case("grants") => {
+            RoomCommand::Grant(GrantCommand::List)
+        }
+        (Some(word), Some(which)) if word.eq_ignore_ascii_case("revoke") => {
+            RoomCommand::Grant(GrantCommand::Revoke(match which {
+                all if all.eq_ignore_ascii_case("all") => None,
+                n if n.bytes().all(|b| b.is_ascii_digit()) => Some(n.parse().ok()?),
+                _ => return None,
+            }))
+        }
         _ => return None,
     };
     words.next().is_none().then_some(command)

@@ -127,6 +127,20 @@ pub enum Effect {
         decision: Decision,
         at: Timestamp,
     },
+    /// An approver made a grant (docs/decisions/0027-grants.md). Nothing to
+    /// execute: the audit trail's record (the notice telling it is a
+    /// [`Effect::Notice`] of its own).
+    Granted {
+        identity: IdentityId,
+        grant: crate::core::Grant,
+    },
+    /// Grant `id` ended: expired, its session detached, or revoked. Nothing to
+    /// execute.
+    GrantEnded {
+        identity: IdentityId,
+        id: u64,
+        why: crate::core::GrantEnd,
+    },
     /// The agent's acknowledgement ([`crate::Input::Acknowledge`]) was taken: the
     /// event is never replayed. The server answers the `acknowledge` tool from this
     /// effect (`acknowledged: true`); an acknowledgement the core does not take
@@ -188,6 +202,9 @@ pub enum VerdictSource {
     /// Reactions on the prompt that were still there when the settle window ended;
     /// `key` is the raw key of the deciding one.
     Reaction { event_id: EventId, key: String },
+    /// Grant `grant` covered the request: nobody was asked
+    /// (docs/decisions/0027-grants.md); `Decision::by` is who made the grant.
+    Grant { grant: u64 },
 }
 
 /// Why something was not acted on.

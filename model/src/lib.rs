@@ -55,9 +55,9 @@ pub use crate::config::{
     ConfigError, Gate, IdentityConfig, VerdictDevices, DEFAULT_ATTACH_GRACE_MS,
 };
 pub use crate::core::{
-    Binding, Channel, IdentityState, JoinState, LogEntry, Parked, Phase, Prompt, Queued, Record,
-    SessionPhase, Typing, Vote, HISTORY_MEMORY, TYPING_REFRESH_MS, TYPING_TIMEOUT_MS,
-    UNDECRYPTABLE_MEMORY,
+    Binding, Channel, Grant, GrantEnd, IdentityState, JoinState, LogEntry, Parked, Phase, Prompt,
+    Queued, Record, SessionPhase, Typing, Vote, HISTORY_MEMORY, MAX_GRANTS, TYPING_REFRESH_MS,
+    TYPING_TIMEOUT_MS, UNDECRYPTABLE_MEMORY,
 };
 pub use crate::effect::{
     ChannelNotification, Decision, DropReason, Effect, PermissionVerdict, PromptText, VerdictSource,

@@ -139,6 +139,7 @@ pub fn render_outcome(request: &PermissionRequest, outcome: PromptOutcome<'_>) -
             let how = match &decision.via {
                 VerdictSource::Text { .. } => "by reply".to_owned(),
                 VerdictSource::Reaction { key, .. } => format!("with {key}"),
+                VerdictSource::Grant { grant } => format!("with grant {grant}"),
             };
             format!("{mark} {word} by {} {how}", decision.by)
         }

@@ -21,6 +21,8 @@ mod devices;
 mod gap_cut;
 #[path = "scenarios/gate.rs"]
 mod gate;
+#[path = "scenarios/grants.rs"]
+mod grants;
 #[path = "scenarios/ids.rs"]
 mod ids;
 #[path = "scenarios/isolation.rs"]

@@ -338,7 +338,10 @@ impl World {
                 self.drops.push((event_id, reason));
                 None
             }
-            Effect::Decided { .. } | Effect::Acknowledged { .. } => None,
+            Effect::Decided { .. }
+            | Effect::Acknowledged { .. }
+            | Effect::Granted { .. }
+            | Effect::GrantEnded { .. } => None,
         }
     }
 }

@@ -418,6 +418,16 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     via = ?decision.via, "verdict"
                 );
             }
+            Effect::Granted { identity, grant } => {
+                tracing::info!(
+                    %identity, grant = grant.id, session = %grant.session, tool = %grant.tool,
+                    scope = ?grant.scope, expires_at = grant.expires_at.0, by = %grant.by,
+                    "grant made"
+                );
+            }
+            Effect::GrantEnded { identity, id, why } => {
+                tracing::info!(%identity, grant = id, why = ?why, "grant ended");
+            }
             Effect::Acknowledged {
                 identity,
                 session,

@@ -198,6 +198,7 @@ impl IdentityState {
     ) {
         let room = &message.room;
         let text = match command {
+            RoomCommand::Grant(command) => return self.on_grant_command(message, command, out),
             RoomCommand::Bind(label) => {
                 let text = format!(
                     "This room is now the room of {label}: its sessions get this room's \

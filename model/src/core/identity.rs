@@ -4,6 +4,7 @@
 
 use super::bindings::Binding;
 use super::delivery::{LogEntry, Queued};
+use super::grants::Grant;
 use super::prompts::Prompt;
 use super::rooms::JoinState;
 use super::sessions::SessionPhase;
@@ -71,6 +72,13 @@ pub struct IdentityState {
     /// The rooms the identity shows typing in (see [`super::typing`]).
     #[serde(default)]
     pub(super) typing: BTreeMap<RoomId, Typing>,
+    /// Grants, oldest first, at most [`super::grants::MAX_GRANTS`] (see
+    /// [`super::grants`]).
+    #[serde(default)]
+    pub(super) grants: Vec<Grant>,
+    /// The last grant's id (ids count from 1 and are never reused).
+    #[serde(default)]
+    pub(super) next_grant: u64,
 }
 
 impl IdentityState {
@@ -97,6 +105,8 @@ impl IdentityState {
             bindings: BTreeMap::new(),
             labels: BTreeMap::new(),
             typing: BTreeMap::new(),
+            grants: Vec::new(),
+            next_grant: 0,
         }
     }
 

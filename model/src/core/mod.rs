@@ -17,11 +17,13 @@
 //! | [`writes`] | the agent's writes judged by the rules of [`crate::agent`], across identities |
 //! | [`prompts`] | permission requests: the prompt's room, posting, eviction, expiry, retired prompts |
 //! | [`verdicts`] | text verdicts, votes and their settle window, the decision, the verdict's delivery |
+//! | [`grants`] | grants made with an allow, requests they answer, their end (expiry, detach, revoke) |
 //! | [`typing`] | `m.typing` in a session's room while it works on what it was sent |
 //! | [`timers`] | what fires when time passes: settle windows, expiry, undecryptable grace, attach grace |
 
 mod bindings;
 mod delivery;
+mod grants;
 mod identity;
 mod messages;
 mod prompts;
@@ -35,6 +37,7 @@ mod writes;
 
 pub use bindings::Binding;
 pub use delivery::{LogEntry, Queued, Record};
+pub use grants::{Grant, GrantEnd, MAX_GRANTS};
 pub use identity::IdentityState;
 pub use prompts::{Phase, Prompt};
 pub use rooms::{JoinState, HISTORY_MEMORY};
@@ -44,7 +47,7 @@ pub use undecryptable::{Parked, UNDECRYPTABLE_MEMORY};
 pub use verdicts::Vote;
 
 use crate::config::{ConfigError, IdentityConfig};
-use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PromptText};
+use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PromptText, VerdictSource};
 use crate::event::{Input, Outcome, PermissionRequest};
 use crate::ids::{
     CallId, EffectId, EventId, IdentityId, Label, RoomId, SessionId, Timestamp, UserId,
@@ -484,15 +487,16 @@ impl Channel {
                 decision,
                 ..
             } => {
-                let shown = render_outcome(&request, PromptOutcome::Decided(&decision));
-                state.verdict_completed(
-                    id,
-                    serial,
-                    generation,
-                    outcome,
-                    (room, message, shown),
-                    &mut out,
-                )
+                // A grant's answer has no prompt message of its own to edit.
+                let shown = match decision.via {
+                    VerdictSource::Grant { .. } => None,
+                    _ => Some((
+                        room,
+                        message,
+                        render_outcome(&request, PromptOutcome::Decided(&decision)),
+                    )),
+                };
+                state.verdict_completed(id, serial, generation, outcome, shown, &mut out)
             }
         }
     }

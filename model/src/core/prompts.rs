@@ -80,7 +80,7 @@ impl IdentityState {
     pub fn is_prompt_message(&self, event_id: &EventId) -> bool {
         self.prompts
             .iter()
-            .any(|p| p.phase.message() == Some(event_id))
+            .any(|p| !p.phase.is_auto() && p.phase.message() == Some(event_id))
             || self.retired_prompts.contains(event_id)
     }
 
@@ -160,6 +160,9 @@ impl IdentityState {
         {
             self.retire(index, DropReason::PromptSuperseded, out);
         }
+        if self.auto_answer(&session, &request, out) {
+            return;
+        }
         while !self.prompts.is_empty() && self.prompts.len() >= self.config.max_prompts {
             // The oldest prompt nobody answered goes first; an answered one waiting
             // for its session goes only when every prompt is answered.
@@ -222,6 +225,8 @@ impl IdentityState {
                     *retired = Some(text);
                 }
             }
+            // A grant's answer has no prompt message of its own.
+            _ if prompt.phase.is_auto() => {}
             Phase::Pending { message }
             | Phase::Settling { message, .. }
             | Phase::Decided { message, .. }

@@ -159,6 +159,7 @@ impl IdentityState {
     pub(super) fn detach(&mut self, session: &SessionId, out: &mut Out<'_>) {
         if self.sessions.contains_key(session) {
             self.set_detached(session, out);
+            self.end_session_grants(session, out);
         } else {
             out.drop(None, DropReason::UnknownSession);
         }

@@ -156,6 +156,9 @@ impl IdentityState {
             },
         };
         if verdict.behavior == Behavior::Allow && self.deny_is_settling(target) {
+            if verdict.grant.is_some() {
+                self.grant_refused(message, crate::grant::GrantRefused::Disputed, out);
+            }
             // Deny wins: an allow typed while an approver's deny reaction settles
             // joins the votes and is weighed when the window ends.
             if let Phase::Settling { votes, .. } = &mut self.prompts[target].phase {
@@ -173,6 +176,9 @@ impl IdentityState {
                 format!("A deny reaction on {id} is settling: deny wins unless it is withdrawn."),
             );
             return;
+        }
+        if let Some(ask) = &verdict.grant {
+            self.make_grant(target, ask, message, out);
         }
         self.decide(target, decision, out);
     }
@@ -277,14 +283,15 @@ impl IdentityState {
         };
     }
 
-    /// A verdict send ended. `shown` is the prompt message and its outcome text.
+    /// A verdict send ended. `shown` is the prompt message and its outcome text;
+    /// `None` for a grant's answer, which has no prompt message of its own.
     pub(super) fn verdict_completed(
         &mut self,
         id: EffectId,
         serial: u64,
         generation: u64,
         outcome: Outcome,
-        shown: (RoomId, EventId, PromptText),
+        shown: Option<(RoomId, EventId, PromptText)>,
         out: &mut Out<'_>,
     ) {
         // The send's effect id names the delivery (ids are never reused), so a
@@ -296,8 +303,7 @@ impl IdentityState {
         let Some(index) = current else {
             // The prompt was evicted or replaced while its verdict was in flight.
             // If the verdict arrived, the message still shows what was decided.
-            if outcome == Outcome::Sent {
-                let (room, event_id, text) = shown;
+            if let (Outcome::Sent, Some((room, event_id, text))) = (&outcome, shown) {
                 self.remember_prompt(event_id.clone());
                 out.effects.push(Effect::EditPrompt {
                     identity: out.identity.clone(),
@@ -328,15 +334,16 @@ impl IdentityState {
             }
             return;
         }
-        let (room, event_id, text) = shown;
         self.prompts.remove(index);
-        self.remember_prompt(event_id.clone());
-        out.effects.push(Effect::EditPrompt {
-            identity: out.identity.clone(),
-            room,
-            event_id,
-            text,
-        });
+        if let Some((room, event_id, text)) = shown {
+            self.remember_prompt(event_id.clone());
+            out.effects.push(Effect::EditPrompt {
+                identity: out.identity.clone(),
+                room,
+                event_id,
+                text,
+            });
+        }
     }
 
     /// The settle window ended: the verdict is taken on the votes still there, deny

@@ -2635,6 +2635,8 @@ fn monitor(
             Effect::Notice { .. }
             | Effect::LogMessage { .. }
             | Effect::Acknowledged { .. }
+            | Effect::Granted { .. }
+            | Effect::GrantEnded { .. }
             | Effect::Bound { .. } => {}
             // Held until an action completes it.
             Effect::JoinRoom { id, room, .. } => {
@@ -2678,7 +2680,9 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::WriteRefused { identity, .. }
         | Effect::LogMessage { identity, .. }
         | Effect::Decided { identity, .. }
-        | Effect::Acknowledged { identity, .. } => Some(identity.clone()),
+        | Effect::Acknowledged { identity, .. }
+        | Effect::Granted { identity, .. }
+        | Effect::GrantEnded { identity, .. } => Some(identity.clone()),
         Effect::Dropped { identity, .. } => identity.clone(),
     }
 }
@@ -3005,6 +3009,7 @@ fn check_decision(
                 s.bad |= bad::EARLY_VERDICT;
             }
         }
+        VerdictSource::Grant { .. } => {}
     }
 }
 

@@ -890,6 +890,8 @@ impl World {
             | Effect::WriteRefused { .. }
             | Effect::LogMessage { .. }
             | Effect::Acknowledged { .. }
+            | Effect::Granted { .. }
+            | Effect::GrantEnded { .. }
             | Effect::Dropped { .. } => None,
         };
         // A prompt post re-issued after a restart keeps its id (`Input::Restarted`).
@@ -1098,6 +1100,7 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
                 VerdictSource::Reaction { event_id, key } => {
                     format!("reaction {event_id} {key}")
                 }
+                VerdictSource::Grant { grant } => format!("grant {grant}"),
             };
             format!(
                 "{}decided {session} {request_id} {} by {} via {via}",
@@ -1156,6 +1159,19 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
             prefix(identity),
             room.as_ref().map_or("-", |r| r.as_str())
         ),
+        Effect::Granted { identity, grant } => format!(
+            "{}granted {} {} {} {:?} {:?} until {}",
+            prefix(identity),
+            grant.id,
+            grant.session,
+            grant.tool,
+            grant.scope,
+            grant.lasts,
+            grant.expires_at.0
+        ),
+        Effect::GrantEnded { identity, id, why } => {
+            format!("{}grant-ended {id} {why:?}", prefix(identity))
+        }
         Effect::Dropped {
             identity,
             event_id,

@@ -210,6 +210,7 @@ fn the_classifier_reads_a_verdict_only_from_an_approver() {
         MessageClass::Verdict(TextVerdict {
             behavior: Behavior::Allow,
             request_id: rid("abcde"),
+            grant: None,
         })
     );
     assert_eq!(
@@ -306,6 +307,7 @@ fn the_classifier_reads_verdicts_from_text_and_emotes_only() {
         MessageClass::Verdict(TextVerdict {
             behavior: Behavior::Deny,
             request_id: rid("abcde"),
+            grant: None,
         })
     );
     let image = w.message(ALICE, R1, content(MsgType::Image, "yes abcde"));
@@ -362,6 +364,7 @@ fn the_verdict_body_drops_the_reply_fallback_only_for_a_reply() {
         MessageClass::Verdict(TextVerdict {
             behavior: Behavior::Allow,
             request_id: rid("abcde"),
+            grant: None,
         })
     );
     let not_reply = w.text(ALICE, R1, fallback);
