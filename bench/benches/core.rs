@@ -340,6 +340,7 @@ fn model_check(scope: Scope, bounded: bool) -> CheckRun {
         Scope::Prompts => "prompts",
         Scope::Rooms => "rooms",
         Scope::Sessions => "sessions",
+        Scope::Grants => "grants",
     };
     let mut builder = World::new(scope).checker().threads(2);
     if bounded {

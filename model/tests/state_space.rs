@@ -74,6 +74,13 @@ fn the_sessions_scope_holds_every_invariant_over_its_full_search() {
 }
 
 #[test]
+fn the_grants_scope_holds_every_invariant_over_its_full_search() {
+    if full_check_enabled() {
+        full_check(Scope::Grants);
+    }
+}
+
+#[test]
 fn the_scopes_together_witness_every_sometimes_property() {
     let all: BTreeSet<&str> = World::new(Scope::Delivery)
         .properties()
@@ -112,7 +119,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 /// The last column is the counterexample's last action as the world prints it
 /// (`Debug`): the step at which the fault shows, so a search that finds some other
 /// path to the property fails.
-const FAULTS: [(&str, Fault, Scope, &str); 39] = [
+const FAULTS: [(&str, Fault, Scope, &str); 42] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -347,6 +354,24 @@ const FAULTS: [(&str, Fault, Scope, &str); 39] = [
         Scope::Sessions,
         "Tick",
     ),
+    (
+        names::GRANT_UNFOUNDED,
+        Fault::CarlAsAnn,
+        Scope::Grants,
+        "Say { ident: A, who: Carl, room: 0, text: Always(R1) }",
+    ),
+    (
+        names::GRANT_OVERREACH,
+        Fault::CutChainedPreview,
+        Scope::Grants,
+        "Request(S1, R2)",
+    ),
+    (
+        names::GRANT_IGNORED,
+        Fault::DetachBeforeRequest,
+        Scope::Grants,
+        "Request(S2, R1)",
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope, last_action: &str) {
@@ -424,4 +449,7 @@ fault_tests! {
     a_verdict_handed_over_in_the_wrong_room_answers_another_sessions_prompt => 36;
     a_state_saved_without_its_bindings_creates_a_labels_room_again => 37;
     a_doubled_typing_cap_shows_typing_past_the_cap => 38;
+    a_non_approvers_grant_handed_over_as_an_approvers_makes_a_grant => 39;
+    a_preview_cut_before_its_chained_command_lets_a_grant_answer_it => 40;
+    a_stream_reported_closed_before_each_request_ends_the_grants_that_cover_it => 41;
 }

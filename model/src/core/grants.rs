@@ -89,6 +89,16 @@ impl IdentityState {
         &self.grants
     }
 
+    /// The first grant that answers `request` of `session` at `now`.
+    pub fn covering_grant(
+        &self,
+        session: &SessionId,
+        request: &PermissionRequest,
+        now: Timestamp,
+    ) -> Option<&Grant> {
+        self.grants.iter().find(|g| g.covers(session, request, now))
+    }
+
     fn who(&self, session: &SessionId) -> String {
         Asker {
             label: self.labels.get(session),
@@ -184,12 +194,7 @@ impl IdentityState {
         out: &mut Out<'_>,
     ) -> bool {
         self.prune_grants(out);
-        let Some(grant) = self
-            .grants
-            .iter()
-            .find(|g| g.covers(session, request, out.now))
-            .cloned()
-        else {
+        let Some(grant) = self.covering_grant(session, request, out.now).cloned() else {
             return false;
         };
         let serial = self.next_serial;

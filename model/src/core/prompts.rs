@@ -144,15 +144,17 @@ impl IdentityState {
         if !self.config.relays_permissions() {
             return out.drop(None, DropReason::NoApprovers);
         }
-        // The operator's `permission_room`, else the room the session lives in.
-        let Some(room) = self
+        // The operator's `permission_room`, else the room the session lives in. A
+        // grant answers without one (its line goes to the grant's own room).
+        let room = self
             .config
             .permission_room
             .clone()
-            .or_else(|| self.room_of(&session).cloned())
-        else {
+            .or_else(|| self.room_of(&session).cloned());
+        let covered = self.covering_grant(&session, &request, out.now).is_some();
+        if room.is_none() && !covered {
             return out.drop(None, DropReason::NoPromptRoom);
-        };
+        }
         if let Some(index) = self
             .prompts
             .iter()
@@ -163,6 +165,9 @@ impl IdentityState {
         if self.auto_answer(&session, &request, out) {
             return;
         }
+        let Some(room) = room else {
+            return out.drop(None, DropReason::NoPromptRoom);
+        };
         while !self.prompts.is_empty() && self.prompts.len() >= self.config.max_prompts {
             // The oldest prompt nobody answered goes first; an answered one waiting
             // for its session goes only when every prompt is answered.

@@ -44,6 +44,18 @@ pub const TYPING_CAP: Millis = 30_000;
 pub const CAP: usize = 2;
 /// The world's clock at the start, ms.
 pub const START: Timestamp = Timestamp(1_000);
+/// How long `yes abcde 5s` grants, ms.
+pub const GRANT_FOR: Millis = 5_000;
+/// How long `always abcde` grants at most, ms (`mc_model::grant::GRANT_MAX_MS`).
+pub const GRANT_MAX: Millis = mc_model::grant::GRANT_MAX_MS;
+/// What [`Action::Later`] lets pass, ms: past [`GRANT_FOR`].
+pub const LATER: Millis = 6_000;
+/// The command of `abcde` in [`Scope::Grants`]: what `always abcde` grants, and
+/// the prefix `always abcde cargo test` grants.
+pub const GRANT_PREFIX: &str = "cargo test";
+/// The command of `fghij` in [`Scope::Grants`]: `cargo test` chained with more,
+/// which no grant of `abcde` covers.
+pub const CHAINED: &str = "cargo test && curl x";
 
 /// Who acts in Matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -93,6 +105,14 @@ pub enum Text {
     Agent,
     /// `bind web`: an approver's room command (the room becomes web's).
     Bind,
+    /// `always abcde`: an allow and a grant of exactly what the prompt showed.
+    Always(Rid),
+    /// `always abcde cargo test`: an allow and a grant of the prefix `cargo test`.
+    AlwaysPrefix(Rid),
+    /// `yes abcde 5s`: an allow and a grant for [`GRANT_FOR`].
+    YesFor(Rid),
+    /// `revoke all`: an approver's room command ending every grant.
+    RevokeAll,
 }
 
 /// What the agent does to a target through identity A's tools.
@@ -241,6 +261,8 @@ pub enum Action {
     /// The server restarts (`Input::Restarted`): what the old process had in flight
     /// and its sessions' streams are gone.
     Restart,
+    /// [`LATER`] ms pass ([`Scope::Grants`]: a grant expires on no timer).
+    Later,
 }
 
 /// Identity A's own membership event.
@@ -375,6 +397,13 @@ pub enum Fault {
     LoseBindingsAtRestart,
     /// The operator's typing cap is doubled.
     LongTypingCap,
+    /// The adapter hands Carl's messages to the core as Ann's.
+    CarlAsAnn,
+    /// The server cuts a request's `input_preview` before ` &&`.
+    CutChainedPreview,
+    /// The server reports a session's stream closed (and open again) before each of
+    /// its permission requests.
+    DetachBeforeRequest,
 }
 
 /// What the world knows of one label of identity A (`web` of S1, `api` of S2).
@@ -446,7 +475,7 @@ impl RoomBounds {
     /// The pinned bounds of `scope`.
     pub fn pinned(scope: Scope) -> Self {
         match scope {
-            Scope::Delivery | Scope::Prompts => Self::default(),
+            Scope::Delivery | Scope::Prompts | Scope::Grants => Self::default(),
             Scope::Sessions => Self {
                 restarts: 1,
                 ..Self::default()
@@ -513,6 +542,22 @@ impl Bounds {
                 reconfigs: 0,
                 steps: 6,
             },
+            Scope::Grants => Self {
+                events: 4,
+                messages: 3,
+                reactions: 0,
+                redactions: 0,
+                edits: 0,
+                requests: 2,
+                failures: 0,
+                acks: 0,
+                toggles: 2,
+                early_ticks: 1,
+                noise: 0,
+                agent: 0,
+                reconfigs: 0,
+                steps: 6,
+            },
             Scope::Rooms => Self {
                 events: 2,
                 messages: 2,
@@ -558,15 +603,23 @@ pub enum Scope {
     /// `yes` in api's room, Ann's `bind web` in `!r1:a`, and a restart. Starts with
     /// S1 and S2 attached and their rooms created.
     Sessions,
+    /// Grants (docs/decisions/0027-grants.md): Ann answers S1's `abcde` (the
+    /// command `cargo test`) with `always abcde`, `always abcde cargo test` or
+    /// `yes abcde 5s`, and types `revoke all`; Carl types `always abcde`; S1 asks
+    /// `abcde` again and `fghij` (`cargo test && curl x`), S2 asks `abcde`; S1
+    /// detaches and attaches; time passes past the time box. Starts with S1 and S2
+    /// attached, Ann's first message in `!r1:a` and S1's `abcde` posted there.
+    Grants,
 }
 
 impl Scope {
     /// Every scope, in the order the full search checks them.
-    pub const ALL: [Scope; 4] = [
+    pub const ALL: [Scope; 5] = [
         Scope::Delivery,
         Scope::Prompts,
         Scope::Rooms,
         Scope::Sessions,
+        Scope::Grants,
     ];
 
     /// Unique states of the full search of the scope's pinned world
@@ -590,6 +643,8 @@ impl Scope {
             // New with session rooms (issue 26). 119,163 until typing stopped in a
             // room that stopped being its sessions' room (Ann's `bind web`).
             Scope::Sessions => 117_596,
+            // New with grants (issue 27).
+            Scope::Grants => 107_308,
         }
     }
 }
@@ -634,6 +689,17 @@ pub enum WMember {
     Accepted,
     /// Joined: the join event came.
     Joined,
+}
+
+/// A grant in the world's record: made for `sess` when the core said so and the
+/// step was an approver's grant of an open prompt of `sess`'s ([`check_grants`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WGrant {
+    pub id: u64,
+    pub sess: Sess,
+    pub expires: Timestamp,
+    /// Not revoked, and its session has not detached since.
+    pub live: bool,
 }
 
 /// A held prompt post in the world's record.
@@ -721,6 +787,8 @@ pub struct State {
     /// taken as lost with the old process, so the verdict is due when the session
     /// attaches again.
     pub resend: BTreeSet<usize>,
+    /// Grants, as the world knows them (made, and whether still live).
+    pub grants: Vec<WGrant>,
     /// Violations seen, one bit per `always` property.
     pub bad: u64,
     /// Good things that happened in the step that led here, one bit per `sometimes`
@@ -884,6 +952,9 @@ mod bad {
     pub const VERDICT_CROSS_ROOM: u64 = 1 << 33;
     pub const BINDING_LOST: u64 = 1 << 34;
     pub const TYPING_PAST_CAP: u64 = 1 << 35;
+    pub const GRANT_UNFOUNDED: u64 = 1 << 36;
+    pub const GRANT_OVERREACH: u64 = 1 << 37;
+    pub const GRANT_IGNORED: u64 = 1 << 38;
 }
 
 /// Bits of [`State::seen`].
@@ -923,6 +994,9 @@ mod seen {
     pub const BOUND_BY_COMMAND: u64 = 1 << 36;
     pub const BINDING_KEPT: u64 = 1 << 37;
     pub const TYPING_STOPPED: u64 = 1 << 38;
+    pub const GRANT_MADE: u64 = 1 << 39;
+    pub const AUTO_ANSWERED: u64 = 1 << 40;
+    pub const UNCOVERED_ASKED: u64 = 1 << 41;
     /// Not a witness: the step's agent write was refused.
     pub const WRITE_REFUSED: u64 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
@@ -1056,6 +1130,10 @@ fn body(text: Text) -> String {
         Text::No(rid) => format!("No {}", rid.id()),
         Text::Agent => "on it".to_owned(),
         Text::Bind => "bind web".to_owned(),
+        Text::Always(rid) => format!("always {}", rid.id()),
+        Text::AlwaysPrefix(rid) => format!("always {} {GRANT_PREFIX}", rid.id()),
+        Text::YesFor(rid) => format!("yes {} 5s", rid.id()),
+        Text::RevokeAll => "revoke all".to_owned(),
     }
 }
 
@@ -1279,6 +1357,7 @@ impl Model for World {
             posts: BTreeMap::new(),
             away: BTreeSet::new(),
             resend: BTreeSet::new(),
+            grants: Vec::new(),
             bad: 0,
             seen: 0,
         };
@@ -1308,6 +1387,30 @@ impl Model for World {
         if self.scope == Scope::Rooms {
             for action in [
                 Action::Attach(Sess::S1),
+                Action::Say {
+                    ident: Ident::A,
+                    who: Who::Ann,
+                    room: 0,
+                    text: Text::Chat,
+                },
+                Action::Request(Sess::S1, Rid::R1),
+            ] {
+                // The prelude's actions are always enabled in the first states.
+                state = self.next_state(&state, action).expect("prelude");
+            }
+            state.used = Bounds {
+                events: 0,
+                messages: 0,
+                requests: 0,
+                toggles: 0,
+                steps: 0,
+                ..state.used
+            };
+        }
+        if self.scope == Scope::Grants {
+            for action in [
+                Action::Attach(Sess::S1),
+                Action::Attach(Sess::S2),
                 Action::Say {
                     ident: Ident::A,
                     who: Who::Ann,
@@ -1442,7 +1545,7 @@ impl Model for World {
         }
         if u.toggles < b.toggles {
             let sessions: &[Sess] = match self.scope {
-                Scope::Rooms => &[Sess::S1],
+                Scope::Rooms | Scope::Grants => &[Sess::S1],
                 Scope::Delivery | Scope::Prompts | Scope::Sessions => &[Sess::S1, Sess::S2],
             };
             for &sess in sessions {
@@ -1463,6 +1566,7 @@ impl Model for World {
                 let in_scope = match self.scope {
                     Scope::Rooms => sess == Sess::S1,
                     Scope::Sessions => rid == Rid::R1 && sess != Sess::S3,
+                    Scope::Grants => sess != Sess::S3 && (sess == Sess::S1 || rid == Rid::R1),
                     Scope::Delivery | Scope::Prompts => true,
                 };
                 if s.live(sess) && in_scope {
@@ -1494,6 +1598,13 @@ impl Model for World {
                     (Ident::A, Who::Ann, 0, Text::Chat),
                     (Ident::A, Who::Ann, 4, Text::Yes(Rid::R1)),
                     (Ident::A, Who::Ann, 0, Text::Bind),
+                ],
+                Scope::Grants => &[
+                    (Ident::A, Who::Ann, 0, Text::Always(Rid::R1)),
+                    (Ident::A, Who::Ann, 0, Text::AlwaysPrefix(Rid::R1)),
+                    (Ident::A, Who::Ann, 0, Text::YesFor(Rid::R1)),
+                    (Ident::A, Who::Ann, 0, Text::RevokeAll),
+                    (Ident::A, Who::Carl, 0, Text::Always(Rid::R1)),
                 ],
             };
             for &(ident, who, room, text) in says {
@@ -1603,9 +1714,15 @@ impl Model for World {
         }
         if let Some(deadline) = s.channel.next_deadline() {
             actions.push(Action::Tick);
-            if u.early_ticks < b.early_ticks && deadline > s.now.saturating_add(1) {
+            if self.scope != Scope::Grants
+                && u.early_ticks < b.early_ticks
+                && deadline > s.now.saturating_add(1)
+            {
                 actions.push(Action::TickBefore);
             }
+        }
+        if self.scope == Scope::Grants && u.early_ticks < b.early_ticks && !s.grants.is_empty() {
+            actions.push(Action::Later);
         }
     }
 
@@ -1642,6 +1759,10 @@ impl Model for World {
             Action::Detach(sess) => {
                 s.used.toggles += 1;
                 s.attached.remove(&sess);
+                // Its grants end with its stream.
+                for grant in s.grants.iter_mut().filter(|g| g.sess == sess) {
+                    grant.live = false;
+                }
                 inputs.push_back((
                     Some(sess.ident()),
                     Input::Detach {
@@ -1654,12 +1775,35 @@ impl Model for World {
                 step.asker = Some(sess);
                 s.used.requests += 1;
                 s.used.events += 1;
+                let command = match (self.scope, rid) {
+                    (Scope::Grants, Rid::R1) => GRANT_PREFIX,
+                    (Scope::Grants, Rid::R2) if self.has(Fault::CutChainedPreview) => {
+                        CHAINED.split(" &&").next().unwrap_or(CHAINED)
+                    }
+                    (Scope::Grants, Rid::R2) => CHAINED,
+                    _ => "ls",
+                };
                 let request = PermissionRequest {
                     request_id: rid.id(),
                     tool_name: "Bash".to_owned(),
                     description: "list files".to_owned(),
-                    input_preview: "{\"command\":\"ls\"}".to_owned(),
+                    input_preview: serde_json::json!({ "command": command }).to_string(),
                 };
+                if self.has(Fault::DetachBeforeRequest) {
+                    for input in [
+                        Input::Detach {
+                            identity: sess.ident().id(),
+                            session: sess.id(),
+                        },
+                        Input::Attach {
+                            identity: sess.ident().id(),
+                            session: sess.id(),
+                            label: sess.label(self.scope),
+                        },
+                    ] {
+                        inputs.push_back((Some(sess.ident()), input));
+                    }
+                }
                 inputs.push_back((
                     Some(sess.ident()),
                     Input::PermissionRequest {
@@ -1699,6 +1843,16 @@ impl Model for World {
                 {
                     s.last_allowed_room = Some(ident.room(room));
                 }
+                step.said = Some((who, text, event_id.clone()));
+                if ident == Ident::A
+                    && input
+                    && text == Text::RevokeAll
+                    && self.gate(&s, ident, who) == Gate::Approver
+                {
+                    for grant in s.grants.iter_mut() {
+                        grant.live = false;
+                    }
+                }
                 if ident == Ident::A && input && text == Text::Bind && who == Who::Ann {
                     // Ann's `bind web`: the room is web's, taken from the label it had.
                     for binding in s.labels.iter_mut() {
@@ -1709,6 +1863,11 @@ impl Model for World {
                     s.labels[0] = WBinding::Room(room);
                 }
                 let mut input = say_input(self, &s, ident, who, room, text, event_id);
+                if let (true, Who::Carl, Input::Message { message, .. }) =
+                    (self.has(Fault::CarlAsAnn), who, &mut input)
+                {
+                    message.sender = Who::Ann.user(ident);
+                }
                 if let (true, Text::Yes(_), 4, Input::Message { message, .. }) =
                     (self.has(Fault::ForgeVerdictRoom), text, room, &mut input)
                 {
@@ -2121,6 +2280,11 @@ impl Model for World {
                 }
                 step.restart_posts = Some(posts);
             }
+            Action::Later => {
+                s.used.early_ticks += 1;
+                s.now = s.now.saturating_add(LATER);
+                inputs.push_back((None, Input::Tick));
+            }
             Action::Tick | Action::TickBefore => {
                 let deadline = s.channel.next_deadline()?;
                 if action == Action::TickBefore {
@@ -2156,6 +2320,7 @@ impl Model for World {
             );
         }
         check_rooms(self, &action, &step, &mut s);
+        check_grants(self, &action, &step, &mut s);
         // Typing shown past its cap: the core's timer should have stopped it.
         let past_cap = s.typing.iter().any(|room| {
             s.worked_on
@@ -2442,6 +2607,7 @@ fn monitor(
             Effect::PostPrompt {
                 id, identity, room, ..
             } => {
+                step.prompted = true;
                 let ident = if identity == Ident::A.id() {
                     Ident::A
                 } else {
@@ -2499,6 +2665,20 @@ fn monitor(
                         .cloned()
                 });
                 match owner {
+                    // A grant's answer: no prompt message; its send completes at once.
+                    Some(p)
+                        if p.phase.is_auto()
+                            && p.session == session
+                            && p.request.request_id == verdict.request_id =>
+                    {
+                        inputs.push_back((
+                            None,
+                            Input::Completed {
+                                id,
+                                outcome: Outcome::Sent,
+                            },
+                        ));
+                    }
                     Some(p)
                         if p.session == session && p.request.request_id == verdict.request_id =>
                     {
@@ -2538,6 +2718,8 @@ fn monitor(
                 decision,
                 at,
             } => {
+                step.decided
+                    .push((session.clone(), request_id.clone(), decision.via.clone()));
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
                 if world.scope == Scope::Sessions {
                     check_verdict_room(s, &session, &request_id, &decision);
@@ -2632,10 +2814,10 @@ fn monitor(
                     _ => {}
                 }
             }
+            Effect::Granted { grant, .. } => step.granted.push(grant),
             Effect::Notice { .. }
             | Effect::LogMessage { .. }
             | Effect::Acknowledged { .. }
-            | Effect::Granted { .. }
             | Effect::GrantEnded { .. }
             | Effect::Bound { .. } => {}
             // Held until an action completes it.
@@ -2712,6 +2894,14 @@ struct Step {
     reissued: BTreeSet<EffectId>,
     /// A session that was live before a restart attached again.
     back: Option<Sess>,
+    /// The step's message: who said what, with its event id.
+    said: Option<(Who, Text, EventId)>,
+    /// Grants the core made in the step.
+    granted: Vec<mc_model::Grant>,
+    /// Verdicts the core took in the step: the session, the request and how.
+    decided: Vec<(SessionId, RequestId, VerdictSource)>,
+    /// The step posted a prompt.
+    prompted: bool,
 }
 
 /// A prompt post completed: the world records the prompt (if the core still holds
@@ -2831,7 +3021,13 @@ fn check_pushed_event(world: &World, s: &mut State, sess: Sess, event_id: &Event
         }
         match m.text {
             // A verdict or an approver's room command is never chat.
-            Text::Yes(_) | Text::No(_) | Text::Bind => s.bad |= bad::VERDICT_PUSHED,
+            Text::Yes(_)
+            | Text::No(_)
+            | Text::Bind
+            | Text::Always(_)
+            | Text::AlwaysPrefix(_)
+            | Text::YesFor(_)
+            | Text::RevokeAll => s.bad |= bad::VERDICT_PUSHED,
             Text::Notice => s.bad |= bad::OWN_OR_NOTICE_PUSHED,
             Text::Chat | Text::Agent => {}
         }
@@ -2937,6 +3133,11 @@ fn check_decision(
         Some(Gate::Allowed) => s.bad |= bad::NON_APPROVER_VERDICT,
         _ => s.bad |= bad::STRANGER_VERDICT,
     }
+    if let VerdictSource::Grant { grant } = &decision.via {
+        // Judged against the world's grants after the step (`check_grants`).
+        let _ = grant;
+        return;
+    }
     let message = s
         .channel
         .identity(identity)
@@ -3010,6 +3211,95 @@ fn check_decision(
             }
         }
         VerdictSource::Grant { .. } => {}
+    }
+}
+
+/// After a step of [`Scope::Grants`]: each grant the core made was an approver's
+/// grant answering an open prompt of the session it is for, with what the approver
+/// typed; each request a grant answered was that live grant's session's, covered
+/// (only `abcde`'s `cargo test`: no grant covers `fghij`'s chained command), and
+/// before its expiry; and a request a live grant covers was answered by one.
+fn check_grants(world: &World, action: &Action, step: &Step, s: &mut State) {
+    for grant in &step.granted {
+        let asked = match &step.said {
+            Some((who, text, event_id))
+                if world.gate(s, Ident::A, *who) == Gate::Approver
+                    && grant.message == *event_id =>
+            {
+                match text {
+                    Text::Always(rid) => Some((rid, false, GRANT_MAX)),
+                    Text::AlwaysPrefix(rid) => Some((rid, true, GRANT_MAX)),
+                    Text::YesFor(rid) => Some((rid, false, GRANT_FOR)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let founded = asked.is_some_and(|(rid, prefix, lasts)| {
+            let scope = if prefix {
+                mc_model::grant::InputScope::Prefix(GRANT_PREFIX.to_owned())
+            } else {
+                mc_model::grant::InputScope::Exact(GRANT_PREFIX.to_owned())
+            };
+            let answered = step.decided.iter().any(|(session, request_id, via)| {
+                *session == grant.session
+                    && *request_id == rid.id()
+                    && matches!(via, VerdictSource::Text { event_id } if *event_id == grant.message)
+            });
+            answered
+                && *rid == Rid::R1
+                && grant.tool == "Bash"
+                && grant.scope == scope
+                && grant.expires_at == s.now.saturating_add(lasts)
+        });
+        match (founded, Sess::from_id(&grant.session)) {
+            (true, Some(sess)) => {
+                s.seen |= seen::GRANT_MADE;
+                s.grants.push(WGrant {
+                    id: grant.id,
+                    sess,
+                    expires: grant.expires_at,
+                    live: true,
+                });
+            }
+            _ => s.bad |= bad::GRANT_UNFOUNDED,
+        }
+    }
+    let covering = |s: &State, sess: Sess, rid: Rid| {
+        rid == Rid::R1
+            && s.grants
+                .iter()
+                .any(|g| g.live && g.sess == sess && s.now < g.expires)
+    };
+    for (session, request_id, via) in &step.decided {
+        let VerdictSource::Grant { grant } = via else {
+            continue;
+        };
+        let sess = Sess::from_id(session);
+        let rid = [Rid::R1, Rid::R2]
+            .into_iter()
+            .find(|r| r.id() == *request_id);
+        let live = s
+            .grants
+            .iter()
+            .any(|g| g.id == *grant && g.live && Some(g.sess) == sess && s.now < g.expires);
+        if live && rid == Some(Rid::R1) {
+            s.seen |= seen::AUTO_ANSWERED;
+        } else {
+            s.bad |= bad::GRANT_OVERREACH;
+        }
+    }
+    if let Action::Request(sess, rid) = action {
+        let auto = step
+            .decided
+            .iter()
+            .any(|(_, _, via)| matches!(via, VerdictSource::Grant { .. }));
+        if covering(s, *sess, *rid) && !auto {
+            s.bad |= bad::GRANT_IGNORED;
+        }
+        if !covering(s, *sess, *rid) && step.prompted && s.grants.iter().any(|g| g.sess == *sess) {
+            s.seen |= seen::UNCOVERED_ASKED;
+        }
     }
 }
 
@@ -3248,7 +3538,7 @@ const SHARED: [&str; 6] = [
 /// `sometimes` property.
 pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
     let shared: &[&str] = match scope {
-        Scope::Rooms | Scope::Sessions => &[],
+        Scope::Rooms | Scope::Sessions | Scope::Grants => &[],
         Scope::Delivery | Scope::Prompts => &SHARED,
     };
     let own: &[&str] = match scope {
@@ -3314,6 +3604,18 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a label's room reaches its session after a restart",
             "typing stops",
         ],
+        Scope::Grants => &[
+            "an approver's verdict reaches the session that asked",
+            "a verdict is taken by text",
+            "a verdict reaches the second session",
+            "a request id is answered after it was issued again",
+            "a verdict send completes after its prompt was re-issued",
+            "a prompt expires",
+            "a prompt is evicted at the cap",
+            "an approver's answer makes a grant",
+            "a request a grant covers is allowed without a prompt",
+            "a request of a session with grants that none covers is asked",
+        ],
     };
     shared.iter().chain(own).copied().collect()
 }
@@ -3374,6 +3676,11 @@ pub mod names {
     pub const BINDING_LOST: &str = "a label's room survives a restart: it is never created twice";
     pub const TYPING_PAST_CAP: &str =
         "typing shows only after a push reached the room's session, and stops within the cap";
+    pub const GRANT_UNFOUNDED: &str = "a grant is made only by an approver's grant answering \
+         the session's open prompt, scoped to what the prompt showed and the time asked";
+    pub const GRANT_OVERREACH: &str = "a grant answers only its own session's requests it \
+         covers, before it expires, is revoked or its session detaches";
+    pub const GRANT_IGNORED: &str = "a request a live grant covers is answered without a prompt";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -3579,5 +3886,17 @@ fn properties() -> Vec<Property<World>> {
         ),
         never!(TYPING_PAST_CAP, bad::TYPING_PAST_CAP),
         witness!("typing stops", seen::TYPING_STOPPED),
+        never!(GRANT_UNFOUNDED, bad::GRANT_UNFOUNDED),
+        witness!("an approver's answer makes a grant", seen::GRANT_MADE),
+        never!(GRANT_OVERREACH, bad::GRANT_OVERREACH),
+        witness!(
+            "a request a grant covers is allowed without a prompt",
+            seen::AUTO_ANSWERED
+        ),
+        never!(GRANT_IGNORED, bad::GRANT_IGNORED),
+        witness!(
+            "a request of a session with grants that none covers is asked",
+            seen::UNCOVERED_ASKED
+        ),
     ]
 }
