@@ -2,7 +2,9 @@
 //! the target did with what the reference predicts.
 
 use crate::alphabet::{drive, Action, ActionKind, Adapter};
-use crate::world::{precondition, Mode, ModeOf, Observation, Reference, Sess, World};
+use crate::world::{
+    precondition, Mode, ModeOf, Observation, Reference, Sess, World, VERDICT_METHOD,
+};
 use mc_model::Channel;
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
@@ -257,7 +259,19 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
             ..
         } => Some("yes <id> replying to a message".to_owned()),
         Action::Message {
-            text: Text::BindTo(_) | Text::Unbind,
+            text: Text::Always(_) | Text::AlwaysPrefix(_) | Text::YesFor(_),
+            ..
+        } => Some(format!(
+            "grant: {}",
+            if observed.iter().any(|o| matches!(o, Observation::Sent { content, .. }
+                if content["body"].as_str().is_some_and(|b| b.starts_with("Grant ")))) {
+                "made"
+            } else {
+                "not made"
+            }
+        )),
+        Action::Message {
+            text: Text::BindTo(_) | Text::Unbind | Text::Grants | Text::Revoke(_),
             sender,
             ..
         } => Some(format!(
@@ -271,6 +285,14 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
                 "not answered"
             }
         )),
+        // A request a grant answers: its verdict, and no prompt.
+        Action::PermissionRequest { .. }
+            if observed.iter().any(|o| {
+                matches!(o, Observation::Notification { method, .. } if method == VERDICT_METHOD)
+            }) =>
+        {
+            Some("request answered by a grant".to_owned())
+        }
         // A labelled session's prompt names it (`from web (session s1-00000)`).
         Action::PermissionRequest { .. } => observed.iter().find_map(|o| match o {
             Observation::Sent {

@@ -33,8 +33,9 @@ const OBSERVATIONS: [&str; 10] = [
 /// stranger's dropped; a room key that comes within the grace period, and one that
 /// comes after the sessions were told; the operator's bind taken, refused for a room
 /// the identity left, and moving a room from another label; an approver's room
-/// command; a prompt that names its labelled session.
-const CASES: [&str; 9] = [
+/// command; a prompt that names its labelled session; a grant made, and a request
+/// it answers.
+const CASES: [&str; 11] = [
     "undecryptable: parked",
     "undecryptable: Stranger",
     "decrypt: before the grace period ended",
@@ -44,6 +45,8 @@ const CASES: [&str; 9] = [
     "bind: the room moved from another label",
     "room command by Ann: answered",
     "prompt of a labelled session",
+    "grant: made",
+    "request answered by a grant",
 ];
 
 /// Rounds of [`TOP_UP_CASES`] more sequences run while an observation or case of

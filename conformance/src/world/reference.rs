@@ -156,6 +156,11 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         1 => Just(Text::Emote),
         1 => pick(Lbl::ALL.to_vec()).prop_map(Text::BindTo),
         1 => Just(Text::Unbind),
+        2 => pick(rids.clone()).prop_map(Text::Always),
+        1 => pick(rids.clone()).prop_map(Text::AlwaysPrefix),
+        1 => pick(rids.clone()).prop_map(Text::YesFor),
+        1 => Just(Text::Grants),
+        1 => prop_oneof![Just(Some(1u8)), Just(None)].prop_map(Text::Revoke),
     ];
     let has_prompts = world.sel(Sel::Prompt(0)).is_some();
     let has_messages = world.sel(Sel::Message(0)).is_some();

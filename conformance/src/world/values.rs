@@ -37,6 +37,17 @@ pub enum Text {
     BindTo(Lbl),
     /// `unbind`: an approver's room command unbinds the room's label.
     Unbind,
+    /// `always <id>`: an allow and a grant of exactly what the prompt showed
+    /// (docs/decisions/0027-grants.md).
+    Always(Rid),
+    /// `always <id> ls`: an allow and a grant of the prefix `ls`.
+    AlwaysPrefix(Rid),
+    /// `yes <id> 30m`: an allow and a grant for 30 minutes.
+    YesFor(Rid),
+    /// `grants`: an approver's room command lists the grants.
+    Grants,
+    /// `revoke 1` (`Some(1)`) or `revoke all`: an approver's room command.
+    Revoke(Option<u8>),
 }
 
 impl Text {
@@ -57,6 +68,12 @@ impl Text {
             Text::Emote => "waves".to_owned(),
             Text::BindTo(l) => format!("bind {}", l.as_str()),
             Text::Unbind => "unbind".to_owned(),
+            Text::Always(r) => format!("always {}", r.as_str()),
+            Text::AlwaysPrefix(r) => format!("always {} ls", r.as_str()),
+            Text::YesFor(r) => format!("yes {} 30m", r.as_str()),
+            Text::Grants => "grants".to_owned(),
+            Text::Revoke(Some(n)) => format!("revoke {n}"),
+            Text::Revoke(None) => "revoke all".to_owned(),
         }
     }
 }
