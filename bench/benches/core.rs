@@ -449,6 +449,7 @@ fn kind(input: &Input) -> &'static str {
     match input {
         Input::Attach { .. } => "attach",
         Input::Bind { .. } => "bind",
+        Input::Revoke { .. } => "revoke",
         Input::Detach { .. } => "detach",
         Input::Message { message, .. } if message.sender.as_str() == MALLORY => "stranger messages",
         Input::Message { message, .. } => match message.content.as_ref().and_then(|c| {

@@ -74,6 +74,9 @@ alphabet! {
     /// `Input::Bind`: the operator binds `label` to the identity's room number `room`
     /// (`matrix-channel bind`), or unbinds it with `None` (`--unbind`).
     Bind { ident: Ident, label: Lbl, room: Option<u8> } => bind,
+    /// `Input::Revoke`: the operator revokes the identity's grant `grant`
+    /// (`matrix-channel revoke`), or every grant with `None` (`--all`).
+    Revoke { ident: Ident, grant: Option<u8> } => revoke,
     /// `Input::Detach`: the session's channel stream closes.
     Detach { session: Sess } => detach,
     /// `Input::Message`: `sender` sends an `m.room.message` in the identity's room
@@ -139,6 +142,7 @@ pub fn kind_of(input: &Input) -> ActionKind {
         Input::Attach { label: None, .. } => ActionKind::Attach,
         Input::Attach { label: Some(_), .. } => ActionKind::AttachLabelled,
         Input::Bind { .. } => ActionKind::Bind,
+        Input::Revoke { .. } => ActionKind::Revoke,
         Input::Detach { .. } => ActionKind::Detach,
         Input::Message { .. } => ActionKind::Message,
         Input::Reaction { .. } => ActionKind::Reaction,

@@ -161,6 +161,7 @@ impl Coverage {
                 }
                 Observation::Joined { .. } => "joined".to_owned(),
                 Observation::Bind { answer, .. } => format!("bind: {}", answer.case()),
+                Observation::Revoked { .. } => "revoke".to_owned(),
             };
             *self.observations.entry(kind).or_default() += 1;
         }

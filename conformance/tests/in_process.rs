@@ -33,9 +33,9 @@ const OBSERVATIONS: [&str; 10] = [
 /// stranger's dropped; a room key that comes within the grace period, and one that
 /// comes after the sessions were told; the operator's bind taken, refused for a room
 /// the identity left, and moving a room from another label; an approver's room
-/// command; a prompt that names its labelled session; a grant made, and a request
-/// it answers.
-const CASES: [&str; 11] = [
+/// command; a prompt that names its labelled session; a grant made, a request it
+/// answers, and the operator's revocation of one.
+const CASES: [&str; 12] = [
     "undecryptable: parked",
     "undecryptable: Stranger",
     "decrypt: before the grace period ended",
@@ -47,6 +47,7 @@ const CASES: [&str; 11] = [
     "prompt of a labelled session",
     "grant: made",
     "request answered by a grant",
+    "revoke: revoked",
 ];
 
 /// Rounds of [`TOP_UP_CASES`] more sequences run while an observation or case of

@@ -504,6 +504,42 @@ impl Adapter for Real {
         Ok(())
     }
 
+    /// The operator runs `matrix-channel revoke`: the grants its output names
+    /// (`revoked grant N` lines) are seen; its refusal of a grant that is none
+    /// (`no grant`), as none.
+    fn revoke(&mut self, _: &World, ident: &Ident, grant: &Option<u8>) -> Result<(), String> {
+        let mut cmd = self.server.command();
+        cmd.args(["revoke", "--identity", &ident.id().0]);
+        match grant {
+            Some(n) => cmd.arg(n.to_string()),
+            None => cmd.arg("--all"),
+        };
+        let out = runtime()
+            .block_on(async { cmd.output().await })
+            .map_err(|e| format!("running revoke: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let revoked = if out.status.success() {
+            stdout
+                .lines()
+                .map(|line| {
+                    line.strip_prefix("revoked grant ")
+                        .and_then(|n| n.trim().parse().ok())
+                        .ok_or_else(|| format!("revoke printed {line:?}"))
+                })
+                .collect::<Result<Vec<u64>, String>>()?
+        } else if stderr.contains("has no grant") {
+            Vec::new()
+        } else {
+            return Err(format!("revoke failed ({}): {stderr}", out.status));
+        };
+        self.answers.push(Observation::Revoked {
+            ident: *ident,
+            revoked,
+        });
+        Ok(())
+    }
+
     fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
         self.open.remove(session);
         let client = self.client(*session)?;
@@ -892,7 +928,8 @@ impl Target for Real {
                 Observation::Acknowledged { .. }
                 | Observation::Wrote { .. }
                 | Observation::Joined { .. }
-                | Observation::Bind { .. } => {}
+                | Observation::Bind { .. }
+                | Observation::Revoked { .. } => {}
             }
         }
         let deadline = Instant::now() + WAIT;

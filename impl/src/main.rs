@@ -87,6 +87,26 @@ enum Command {
         #[arg(long)]
         identity: String,
     },
+    /// List the live grants of an identity through the running `serve`
+    /// (docs/decisions/0027-grants.md): one a line, `id tool scope "subject" for
+    /// session by approver, how long, minutes left`.
+    Grants {
+        #[arg(long)]
+        identity: String,
+    },
+    /// Revoke a grant of an identity through the running `serve` (`--all`: every
+    /// grant); its requests are asked again, and the room is told. Prints `revoked
+    /// grant N` for each. Exits 1 when no `serve` runs or there is no such grant.
+    Revoke {
+        #[arg(long)]
+        identity: String,
+        /// The grant's number (`grants` lists them).
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        grant: Option<u64>,
+        /// Revoke every grant of the identity.
+        #[arg(long)]
+        all: bool,
+    },
     /// Bearer tokens for MCP clients.
     Token {
         #[command(subcommand)]
@@ -383,6 +403,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = load(&cli.config)?;
             known_identity(&config, &identity)?;
             let lines = mc_server::operator::bindings_command(&config.store_dir, &identity).await?;
+            mc_server::operator::write_lines(&mut std::io::stdout().lock(), &lines)
+                .context("writing to stdout")
+        }
+        Command::Grants { identity } => {
+            let config = load(&cli.config)?;
+            known_identity(&config, &identity)?;
+            let lines =
+                mc_server::operator::grants::grants_command(&config.store_dir, &identity).await?;
+            mc_server::operator::write_lines(&mut std::io::stdout().lock(), &lines)
+                .context("writing to stdout")
+        }
+        Command::Revoke {
+            identity,
+            grant,
+            all: _,
+        } => {
+            let config = load(&cli.config)?;
+            known_identity(&config, &identity)?;
+            let lines =
+                mc_server::operator::grants::revoke_command(&config.store_dir, &identity, grant)
+                    .await?;
             mc_server::operator::write_lines(&mut std::io::stdout().lock(), &lines)
                 .context("writing to stdout")
         }

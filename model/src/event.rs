@@ -41,6 +41,13 @@ pub enum Input {
         label: Label,
         room: Option<RoomId>,
     },
+    /// The operator revokes grant `grant` of the identity (`matrix-channel revoke`),
+    /// or every grant with `None` (docs/decisions/0027-grants.md). Answered with an
+    /// [`crate::Effect::GrantEnded`] for each grant it ended (none: no such grant).
+    Revoke {
+        identity: IdentityId,
+        grant: Option<u64>,
+    },
     /// A session's stream closed. Its prompts stay pending; verdicts wait for it.
     Detach {
         identity: IdentityId,
@@ -166,6 +173,7 @@ impl Input {
         match self {
             Input::Attach { identity, .. }
             | Input::Bind { identity, .. }
+            | Input::Revoke { identity, .. }
             | Input::Detach { identity, .. }
             | Input::Message { identity, .. }
             | Input::Reaction { identity, .. }

@@ -74,6 +74,24 @@ impl Adapter for InProcess {
         Ok(())
     }
 
+    /// The engine's `revoke`, which the operator socket answers from.
+    fn revoke(&mut self, _: &World, ident: &Ident, grant: &Option<u8>) -> Result<(), String> {
+        let revoked = self
+            .rt
+            .block_on(self.engine.revoke(ident.id(), grant.map(u64::from)))
+            .map_err(|e| e.to_string())?;
+        self.wire
+            .net
+            .lock()
+            .unwrap()
+            .observed
+            .push(Observation::Revoked {
+                ident: *ident,
+                revoked,
+            });
+        Ok(())
+    }
+
     fn detach(&mut self, _: &World, session: &Sess) -> Result<(), String> {
         self.submit(Input::Detach {
             identity: session.ident().id(),

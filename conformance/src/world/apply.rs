@@ -27,6 +27,7 @@ impl World {
         self.decrypted = None;
         self.drops.clear();
         self.bound.clear();
+        self.revoked.clear();
         self.apply_one(action);
         if self.mode == Mode::Real {
             // Wall-clock time passes between actions: a vote's 1 ms settle window ends
@@ -41,6 +42,7 @@ impl World {
             Action::Attach { session } => self.attach(session, None),
             Action::AttachLabelled { session, label } => self.attach(session, Some(label)),
             Action::Bind { ident, label, room } => self.bind(ident, label, room),
+            Action::Revoke { ident, grant } => self.revoke(ident, grant),
             Action::Detach { session } => self.run(Input::Detach {
                 identity: session.ident().id(),
                 session: session.id(),
@@ -153,6 +155,25 @@ impl World {
         };
         self.case = Some(format!("bind: {}", answer.case()));
         self.expected.push(Observation::Bind { ident, answer });
+    }
+
+    /// The operator's `matrix-channel revoke`: the grants it ended are seen (none,
+    /// for one that is no grant: the CLI's refusal).
+    fn revoke(&mut self, ident: Ident, grant: Option<u8>) {
+        self.run(Input::Revoke {
+            identity: ident.id(),
+            grant: grant.map(u64::from),
+        });
+        let revoked = std::mem::take(&mut self.revoked);
+        self.case = Some(format!(
+            "revoke: {}",
+            if revoked.is_empty() {
+                "nothing"
+            } else {
+                "revoked"
+            }
+        ));
+        self.expected.push(Observation::Revoked { ident, revoked });
     }
 
     /// The agent acknowledges the identity's n-th message; on a real server the

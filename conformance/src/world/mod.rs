@@ -331,6 +331,8 @@ pub struct World {
     drops: Vec<(Option<EventId>, mc_model::DropReason)>,
     /// The bindings the last action changed (`Effect::Bound`: label, room).
     bound: Vec<(String, Option<RoomId>)>,
+    /// The grants the last action's operator revocation ended.
+    revoked: Vec<u64>,
 }
 
 impl World {
@@ -374,6 +376,7 @@ impl World {
             decrypted: None,
             drops: Vec::new(),
             bound: Vec::new(),
+            revoked: Vec::new(),
         }
     }
 

@@ -42,6 +42,8 @@ pub enum Observation {
     Joined { ident: Ident, room: RoomId },
     /// What the operator's `matrix-channel bind` answered.
     Bind { ident: Ident, answer: BindAnswer },
+    /// The grants the operator's `matrix-channel revoke` ended (none: it refused).
+    Revoked { ident: Ident, revoked: Vec<u64> },
 }
 
 /// What `matrix-channel bind` answers: every binding of the identity the command
@@ -338,10 +340,13 @@ impl World {
                 self.drops.push((event_id, reason));
                 None
             }
-            Effect::Decided { .. }
-            | Effect::Acknowledged { .. }
-            | Effect::Granted { .. }
-            | Effect::GrantEnded { .. } => None,
+            Effect::Decided { .. } | Effect::Acknowledged { .. } | Effect::Granted { .. } => None,
+            Effect::GrantEnded { id, why, .. } => {
+                if why == mc_model::GrantEnd::Operator {
+                    self.revoked.push(id);
+                }
+                None
+            }
         }
     }
 }

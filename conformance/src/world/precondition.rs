@@ -23,6 +23,7 @@ pub fn precondition(world: &World, action: &Action) -> bool {
         // A room the identity is not joined to is refused (`not_joined`), and on a
         // real server too; any label may be bound or unbound.
         Action::Bind { .. } => true,
+        Action::Revoke { .. } => true,
         Action::Detach { session } => world.is_attached(session),
         Action::Message {
             ident, sender, rel, ..

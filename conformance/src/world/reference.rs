@@ -124,6 +124,15 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             .prop_map(|(ident, label, room)| Action::Bind { ident, label, room })
             .boxed(),
     ));
+    options.push((
+        1,
+        (
+            pick(Ident::ALL.to_vec()),
+            prop_oneof![Just(Some(1u8)), Just(Some(2u8)), Just(None)],
+        )
+            .prop_map(|(ident, grant)| Action::Revoke { ident, grant })
+            .boxed(),
+    ));
     if !live.is_empty() {
         options.push((
             1,

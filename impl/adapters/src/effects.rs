@@ -9,8 +9,8 @@
 //! ([`bind_answer`]).
 
 use mc_model::{
-    AgentWrite, DropReason, Effect, EffectId, EventId, IdentityId, Input, Label, Outcome, RoomId,
-    Timestamp,
+    AgentWrite, DropReason, Effect, EffectId, EventId, GrantEnd, IdentityId, Input, Label, Outcome,
+    RoomId, Timestamp,
 };
 use std::time::Duration;
 
@@ -137,6 +137,25 @@ pub fn bind_answer(identity: &IdentityId, effects: &[Effect]) -> BindAnswer {
             _ => None,
         })
         .unwrap_or(BindAnswer::Bound(bound))
+}
+
+/// The answer to an operator's [`Input::Revoke`] of `identity`, from the effects of
+/// its transition: the ids of the grants of `identity` it ended as revoked by the
+/// operator ([`GrantEnd::Operator`]), in the model's order; empty when none matched.
+/// Grants that expired in the same transition (`GrantEnd::Expired`) or another
+/// identity's do not count.
+pub fn revoke_answer(identity: &IdentityId, effects: &[Effect]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::GrantEnded {
+                identity: of,
+                id,
+                why: GrantEnd::Operator,
+            } if of == identity => Some(*id),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -341,5 +360,24 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(tick_wait(None, Timestamp(1_000)), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_revoke_is_answered_with_the_operators_revocations_of_its_identity_only() {
+        let ended = |identity: &str, id: u64, why: GrantEnd| Effect::GrantEnded {
+            identity: IdentityId(identity.into()),
+            id,
+            why,
+        };
+        let a = IdentityId("a".into());
+        let effects = [
+            ended("a", 1, GrantEnd::Expired),
+            ended("a", 2, GrantEnd::Operator),
+            ended("b", 3, GrantEnd::Operator),
+            ended("a", 4, GrantEnd::SessionEnded),
+            ended("a", 5, GrantEnd::Operator),
+        ];
+        assert_eq!(revoke_answer(&a, &effects), [2, 5]);
+        assert_eq!(revoke_answer(&a, &effects[..1]), Vec::<u64>::new());
     }
 }

@@ -157,6 +157,12 @@ enum Command {
         room: Option<RoomId>,
         answer: oneshot::Sender<BindAnswer>,
     },
+    /// An operator's [`Input::Revoke`]; answered with the grants it ended.
+    Revoke {
+        identity: IdentityId,
+        grant: Option<u64>,
+        answer: oneshot::Sender<Vec<u64>>,
+    },
     /// Stop taking inputs, make the state durable, answer, and end the task.
     Shutdown(oneshot::Sender<()>),
 }
@@ -285,6 +291,26 @@ impl EngineHandle {
                 identity,
                 label,
                 room,
+                answer,
+            })
+            .map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+
+    /// Hands the operator's [`Input::Revoke`] to the model (made durable first) and
+    /// answers with the ids of the grants it ended
+    /// ([`mc_adapters::effects::revoke_answer`]); empty when none matched.
+    /// Errors: the engine has stopped, or the journal did not take the input.
+    pub async fn revoke(
+        &self,
+        identity: IdentityId,
+        grant: Option<u64>,
+    ) -> Result<Vec<u64>, EngineStopped> {
+        let (answer, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Revoke {
+                identity,
+                grant,
                 answer,
             })
             .map_err(|_| EngineStopped)?;

@@ -10,7 +10,9 @@ use super::{
     channel_params, verdict_params, Command, Counters, EngineHandle, Wire, WriteAnswer,
     CHANNEL_METHOD, VERDICT_METHOD,
 };
-use mc_adapters::effects::{bind_answer, completed, posted, prompt_txn_id, tick_wait, write_lane};
+use mc_adapters::effects::{
+    bind_answer, completed, posted, prompt_txn_id, revoke_answer, tick_wait, write_lane,
+};
 use mc_model::{
     CallId, Channel, Effect, EffectId, IdentityId, Input, Outcome, PromptText, RoomId, Timestamp,
 };
@@ -134,6 +136,22 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                         .await;
                     if let Some(bound) = bound {
                         let _ = answer.send(bound);
+                    }
+                }
+                Command::Revoke {
+                    identity,
+                    grant,
+                    answer,
+                } => {
+                    let input = Input::Revoke {
+                        identity: identity.clone(),
+                        grant,
+                    };
+                    let revoked = self
+                        .step_answering(input, |effects| revoke_answer(&identity, effects))
+                        .await;
+                    if let Some(revoked) = revoked {
+                        let _ = answer.send(revoked);
                     }
                 }
                 Command::Read(f) => f(&self.channel),

@@ -3,8 +3,9 @@
 //! **same session**, for the **same tool**, whose subject the grant's
 //! [`InputScope`] covers, is answered `allow` at once ([`IdentityState::auto_answer`])
 //! with a line in the grant's room. A grant ends when it expires (at most
-//! [`GRANT_MAX_MS`] after it was made), when its session detaches, or when an
-//! approver types `revoke <n>` / `revoke all`; `grants` lists them.
+//! [`GRANT_MAX_MS`] after it was made), when its session detaches, when an
+//! approver types `revoke <n>` / `revoke all` (`grants` lists them), or when the
+//! operator runs `matrix-channel revoke` ([`crate::Input::Revoke`]).
 
 use super::identity::IdentityState;
 use super::prompts::{Phase, Prompt};
@@ -59,6 +60,8 @@ pub enum GrantEnd {
     SessionEnded,
     /// An approver revoked it.
     Revoked { by: UserId },
+    /// The operator revoked it (`matrix-channel revoke`).
+    Operator,
 }
 
 impl Grant {
@@ -243,8 +246,8 @@ impl IdentityState {
     }
 
     /// Ends the grants `which` accepts, each told as [`Effect::GrantEnded`] and, but
-    /// for a revocation (whose command gets one notice), in a notice replying to the
-    /// grant's message.
+    /// for an approver's revocation (whose command gets one notice), in a notice
+    /// replying to the grant's message.
     fn end_grants(&mut self, which: impl Fn(&Grant) -> bool, why: GrantEnd, out: &mut Out<'_>) {
         let (ended, kept): (Vec<Grant>, Vec<Grant>) = std::mem::take(&mut self.grants)
             .into_iter()
@@ -254,6 +257,7 @@ impl IdentityState {
             let said = match &why {
                 GrantEnd::Expired => Some("its time ran out"),
                 GrantEnd::SessionEnded => Some("its session disconnected"),
+                GrantEnd::Operator => Some("the operator revoked it"),
                 GrantEnd::Revoked { .. } => None,
             };
             if let Some(said) = said {
@@ -269,6 +273,12 @@ impl IdentityState {
                 why: why.clone(),
             });
         }
+    }
+
+    /// The operator's [`crate::Input::Revoke`]: grant `which`, or every grant.
+    pub(super) fn on_operator_revoke(&mut self, which: Option<u64>, out: &mut Out<'_>) {
+        self.prune_grants(out);
+        self.end_grants(|g| which.is_none_or(|n| g.id == n), GrantEnd::Operator, out);
     }
 
     /// An approver's `grants`, `revoke <n>` or `revoke all`, answered in a notice

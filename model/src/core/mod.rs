@@ -321,6 +321,7 @@ impl Channel {
                 state.stop_typing_unattended(&mut out)
             }
             Input::Bind { label, room, .. } => state.on_bind(label, room, &mut out),
+            Input::Revoke { grant, .. } => state.on_operator_revoke(grant, &mut out),
             Input::Detach { session, .. } => state.detach(&session, &mut out),
             Input::Message { message, .. } => state.on_message(message, &mut out),
             Input::Reaction { reaction, .. } => state.on_reaction(reaction, &mut out),

@@ -1,5 +1,6 @@
 //! The operator's commands `matrix-channel bind` and `bindings`
-//! (docs/decisions/0026-session-rooms.md, "Operator commands"): HTTP over a Unix
+//! (docs/decisions/0026-session-rooms.md, "Operator commands"), and `grants` and
+//! `revoke` ([`grants`], docs/decisions/0027-grants.md): HTTP over a Unix
 //! domain socket, `<store_dir>/operator.sock`, which `serve` listens on and the CLI
 //! connects to.
 //!
@@ -29,6 +30,8 @@
 //!
 //! The model decides every binding ([`crate::engine::EngineHandle::bind`]); this
 //! module parses, asks and answers.
+
+pub mod grants;
 
 use crate::engine::{BindAnswer, EngineHandle, EngineStopped};
 use crate::shutdown::Stop;
@@ -164,11 +167,14 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// The operator's routes (`POST /bind`, `GET /bindings`) over `engine`.
+/// The operator's routes (`POST /bind`, `GET /bindings`, `GET /grants`, `POST
+/// /revoke`) over `engine`.
 pub fn router(engine: EngineHandle) -> axum::Router {
     axum::Router::new()
         .route("/bind", axum::routing::post(bind))
         .route("/bindings", axum::routing::get(bindings))
+        .route("/grants", axum::routing::get(grants::grants))
+        .route("/revoke", axum::routing::post(grants::revoke))
         .with_state(engine)
 }
 
