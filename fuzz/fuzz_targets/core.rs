@@ -62,6 +62,23 @@
 //!   holds; the write performed is the one asked for; its outcome does nothing more;
 //! - an unreadable permission request is told to its session and dropped, and
 //!   nothing else happens;
+//! - grants, by the world's own record of them: a grant is made only in the call of
+//!   an approver's undisputed text allow that asked for one (an allow that joined a
+//!   settle window makes none), of the asking session, tool and subject (exactly,
+//!   or the prefix typed, which must begin it), lasting what was asked and at most
+//!   24 h, unless the input was cut short (no JSON object) or 16 grants are live,
+//!   and the allow is answered by one notice; a grant answers only the permission
+//!   request being handled, of its own session and tool, whose subject it covers,
+//!   before its expiry, `allow` by the approver who made it, and it is the first
+//!   grant that covers the request; a request a live grant covers (its session
+//!   attached, a room for its prompt) is so answered, with no prompt posted and one
+//!   notice replying to the grant's message; a grant ends (`GrantEnded`) only from
+//!   its expiry on, on its session's detach (which ends them all) or by an
+//!   approver's revoke that names it; a grant command is answered by one notice in
+//!   its room and ends the expired grants and those it revokes, nothing else; the
+//!   core's grants are the record; no prompt a grant answered is ever edited, its
+//!   verdict is delivered once; (a known gap, reported: prompts a grant answered
+//!   pass the prompt cap, `GRANT_ANSWERS_PASS_THE_PROMPT_CAP`);
 //! - effect ids are fresh and increasing; the clock never runs backwards; strangers'
 //!   and own events are dropped visibly; a stale outcome is dropped; a re-delivered
 //!   event acts no more; the settings (fuzzed before the first input: time to live,

@@ -307,6 +307,28 @@ fn request(sess: u8, rid: u8) -> Op {
     }
 }
 
+/// A permission request of session `sess` for request id `rid`, of `tool`, whose
+/// input is the Bash command `core_ops::COMMANDS[command]`.
+fn ask(sess: u8, rid: u8, command: u8, tool: &str) -> Op {
+    Op::Request {
+        sess,
+        wrong: false,
+        rid: rid + 3 * (command + 1),
+        tool: tool.to_owned(),
+    }
+}
+
+/// Ann's allow of `rid` asking for a grant, typed in `!r1` to identity A (see
+/// [`Body::Grant`] for `how`).
+fn always(rid: u8, how: u8) -> Op {
+    msg(To::A, 0, 0, Body::Grant { rid, how }, Rel::None)
+}
+
+/// Ann's grant command, typed in `!r1` to identity A (see [`Body::GrantCommand`]).
+fn grants(b: u8) -> Op {
+    msg(To::A, 0, 0, Body::GrantCommand(b), Rel::None)
+}
+
 /// Completes the oldest pending effect.
 fn ok() -> Op {
     Op::Complete { pick: 0, ok: true }
@@ -1010,6 +1032,63 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            // Commands (`core_ops::COMMANDS`): 0 `cargo test`, 1 `cargo test -p mc
+            // --lib`, 2 `cargo test && curl …`; a prompt cap of 3. Grant 1 (S1, Bash,
+            // prefix `cargo test`) answers S1's `cargo test` at once, not its chained
+            // command, nor S2's, nor another tool's; an allow whose prefix begins
+            // nothing seen makes no grant; grant 2 (exact, 2 s) answers once, then
+            // expires (asked again); `grants` lists, `revoke 1` ends grant 1 (asked
+            // again after); grant 3 (30 min) ends with S1's detach; `revoke all`
+            // finds none.
+            "grants-auto-answer-expiry-revoke-and-detach",
+            vec![
+                Op::Settings {
+                    ident: 0,
+                    ttl: 0,
+                    settle: 0,
+                    memory: 1,
+                    max_prompts: 2,
+                },
+                attach(0),
+                attach(1),
+                chat(a, 0, 0, 0),
+                ok(),
+                ok(),
+                ask(0, 0, 1, "Bash"),
+                ok(),
+                always(0, 1 << 2),
+                ok(),
+                ask(0, 1, 0, "Bash"),
+                ok(),
+                ask(0, 2, 2, "Bash"),
+                ok(),
+                ask(1, 1, 0, "Bash"),
+                ok(),
+                ask(0, 0, 0, "Write"),
+                ok(),
+                always(2, 2),
+                ok(),
+                always(0, 3 << 2),
+                ok(),
+                ask(0, 2, 2, "Bash"),
+                ok(),
+                Op::Advance { ms: 3000 },
+                ask(0, 2, 2, "Bash"),
+                ok(),
+                grants(0),
+                grants(1),
+                ask(0, 1, 0, "Bash"),
+                ok(),
+                always(2, 1),
+                ok(),
+                Op::Detach {
+                    sess: 0,
+                    wrong: false,
+                },
+                grants(2),
+            ],
+        ),
+        (
             "cap-eviction-and-supersede",
             vec![
                 attach(0),
@@ -1063,7 +1142,7 @@ mod tests {
     use std::path::Path;
 
     #[test]
-    fn the_core_seeds_reach_verdicts_replays_edits_expiry_the_agents_writes_rooms_restarts_and_session_rooms(
+    fn the_core_seeds_reach_verdicts_replays_edits_expiry_the_agents_writes_rooms_restarts_session_rooms_and_grants(
     ) {
         let mut total = Reached::default();
         for (name, ops) in core() {
@@ -1118,6 +1197,20 @@ mod tests {
             ),
             ("prompts in a label's room", total.prompts_in_label_rooms),
             ("requests with no room yet", total.no_prompt_room),
+            ("grants made", total.grants_made),
+            (
+                "allows that asked for a grant and made none",
+                total.grants_refused,
+            ),
+            ("requests a grant answered", total.auto_answers),
+            ("their verdicts delivered", total.auto_delivered),
+            ("grants expired", total.grants_expired),
+            (
+                "grants ended by their session's detach",
+                total.grants_ended_by_detach,
+            ),
+            ("grants revoked", total.grants_revoked),
+            ("approvers' grant commands", total.grant_commands),
         ] {
             assert!(n > 0, "no seed reaches {what}");
         }
