@@ -77,8 +77,8 @@
 //!   approver's revoke that names it; a grant command is answered by one notice in
 //!   its room and ends the expired grants and those it revokes, nothing else; the
 //!   core's grants are the record; no prompt a grant answered is ever edited, its
-//!   verdict is delivered once; (a known gap, reported: prompts a grant answered
-//!   pass the prompt cap, `GRANT_ANSWERS_PASS_THE_PROMPT_CAP`);
+//!   verdict is delivered once; a request a grant answers takes a place under the
+//!   prompt cap like any other (seed `regress-grant-answer-over-the-prompt-cap`);
 //! - effect ids are fresh and increasing; the clock never runs backwards; strangers'
 //!   and own events are dropped visibly; a stale outcome is dropped; a re-delivered
 //!   event acts no more; the settings (fuzzed before the first input: time to live,

@@ -221,7 +221,12 @@ fn parse_grant_verdict(body: &str) -> Option<TextVerdict> {
     }
     let always = word.eq_ignore_ascii_case("always");
     let request_id = RequestId::parse(&caps[2].to_ascii_lowercase()).ok()?;
-    let tail = caps.get(3).map(|m| m.as_str());
+    // What follows the id, without the white space around it (the lazy group can
+    // take white space that is no line break, such as U+000B, for a tail).
+    let tail = caps
+        .get(3)
+        .map(|m| m.as_str().trim())
+        .filter(|t| !t.is_empty());
     // The first word of the tail may be a duration; the rest is the prefix as
     // typed, inner spacing kept.
     let (first, after) = match tail {
@@ -517,6 +522,11 @@ mod tests {
         );
         assert_eq!(
             parse_text_verdict("  Always ABCDE \n"),
+            grant("abcde", Lasts::Session, None)
+        );
+        // White space that is no line break is no prefix.
+        assert_eq!(
+            parse_text_verdict("always abcde\u{0B}\u{0B}\u{0B}"),
             grant("abcde", Lasts::Session, None)
         );
     }

@@ -162,12 +162,8 @@ impl IdentityState {
         {
             self.retire(index, DropReason::PromptSuperseded, out);
         }
-        if self.auto_answer(&session, &request, out) {
-            return;
-        }
-        let Some(room) = room else {
-            return out.drop(None, DropReason::NoPromptRoom);
-        };
+        // A request answered by a grant is held as a prompt until its verdict is
+        // delivered: it takes a place under the cap like any other.
         while !self.prompts.is_empty() && self.prompts.len() >= self.config.max_prompts {
             // The oldest prompt nobody answered goes first; an answered one waiting
             // for its session goes only when every prompt is answered.
@@ -178,6 +174,12 @@ impl IdentityState {
                 .unwrap_or(0);
             self.retire(oldest, DropReason::PromptEvicted, out);
         }
+        if self.auto_answer(&session, &request, out) {
+            return;
+        }
+        let Some(room) = room else {
+            return out.drop(None, DropReason::NoPromptRoom);
+        };
         let serial = self.next_serial;
         self.next_serial += 1;
         let post = out.id();
