@@ -304,3 +304,26 @@ fn the_cap_refuses_one_grant_more() {
     }
     assert_eq!(w.state().grants().len(), mc_model::MAX_GRANTS);
 }
+
+#[test]
+fn a_request_a_grant_answers_takes_a_place_under_the_prompt_cap() {
+    let mut w = World::configured(|c| c.max_prompts = 2);
+    asked(&mut w, "cargo test");
+    w.say(ALICE, R1, "always abcde");
+    w.drive();
+    w.ask_with(S1, bash("fghij", "ls"));
+    w.ask_with(S1, bash("kmnop", "pwd"));
+    let oldest = w.prompt_event("fghij");
+    w.hold(Kind::Verdict);
+    w.mark();
+    w.ask_with(S1, bash("qrstu", "cargo test"));
+    assert_eq!(w.state().prompts().len(), 2, "{:?}", w.trace());
+    assert!(w
+        .drops()
+        .contains(&(Some(oldest), mc_model::DropReason::PromptEvicted)));
+    assert_eq!(
+        w.held_of(Kind::Verdict).len(),
+        1,
+        "the grant's verdict is on its way"
+    );
+}
