@@ -835,3 +835,149 @@ async fn newest_over_stdio_a_message_reaches_the_model_and_bash_runs_after_yes()
         "the resumed session got no second room: {rooms}"
     );
 }
+
+/// Grants with Claude Code itself (docs/decisions/0027-grants.md): Ann answers a
+/// Bash prompt with `always <id>`; the same command's next call runs without a
+/// prompt (the room shows the grant's line); after `revoke 1` the same command is
+/// asked again, and a `no` denies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_an_always_grant_runs_the_same_command_again_unasked_until_it_is_revoked() {
+    let f = Fixture::start(|_| {}).await;
+    let model = FakeModel::start().await;
+    let claude = Claude::start(NEWEST, &f.server, IDENTITY, &model).await;
+    let work = claude.workdir();
+    let file = work.join(format!("granted-{}.txt", random_suffix()));
+    let command = format!("touch {}", file.display());
+    let bot = f.bot.user_id.clone();
+    // Each call of the same command, asked for by a message naming `marker`.
+    let ask = |marker: String| {
+        model.once_on(
+            &marker,
+            Reply::Tool {
+                name: "Bash".into(),
+                input: json!({ "command": command, "description": format!("Touch for {marker}") }),
+            },
+        );
+        marker
+    };
+    let notice_starting = |start: String| {
+        let bot = bot.clone();
+        move |e: &serde_json::Value| {
+            e["sender"] == bot.as_str()
+                && e["content"]["msgtype"] == "m.notice"
+                && e["content"]["body"]
+                    .as_str()
+                    .is_some_and(|b| b.starts_with(&start))
+        }
+    };
+
+    // 1. Asked; `always <id>` allows it and makes grant 1 of exactly this command.
+    let first = ask(format!("grant-first-{}", random_suffix()));
+    f.human.send_text(&f.room, &format!("please {first}")).await;
+    let (_, id) = prompt_containing(&f, &first).await;
+    let tool_use = tool_use_id(&model, &first);
+    let always = f.human.send_text(&f.room, &format!("always {id}")).await;
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(result["content"].as_str(), Some(NO_OUTPUT), "{result}");
+    assert!(file.exists(), "Bash ran after always");
+    let made = f
+        .human
+        .wait_for_event(
+            &f.room,
+            "the grant's notice",
+            notice_starting("Grant 1: ".into()),
+        )
+        .await;
+    assert_eq!(
+        made["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        always.as_str(),
+        "{made}"
+    );
+    assert!(
+        made["content"]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains(&format!("Bash calls on exactly `{command}`"))),
+        "{made}"
+    );
+
+    // 2. The same command again: no answer is typed, and it runs.
+    std::fs::remove_file(&file).unwrap();
+    let second = ask(format!("grant-second-{}", random_suffix()));
+    f.human
+        .send_text(&f.room, &format!("please {second}"))
+        .await;
+    model
+        .wait_request(&format!("the Bash call for {second}"), |r| {
+            r.tool_use_id.is_some() && text_of(last_user(&r.body)).contains(&second)
+        })
+        .await;
+    let tool_use = tool_use_id(&model, &second);
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(result["content"].as_str(), Some(NO_OUTPUT), "{result}");
+    assert!(file.exists(), "Bash ran on the grant");
+    let line = f
+        .human
+        .wait_for_event(
+            &f.room,
+            "the grant's line for the second call",
+            notice_starting("\u{2705} Allowed by grant 1: Bash request ".into()),
+        )
+        .await;
+    assert_eq!(
+        line["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        always.as_str(),
+        "{line}"
+    );
+
+    // The operator sees it from the shell, and a grant that is none is refused.
+    let listed = f
+        .server
+        .cli(&["grants", "--identity", IDENTITY], None)
+        .await;
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success()
+            && stdout.starts_with(&format!("1 Bash exact {command:?} for session "))
+            && stdout.lines().count() == 1,
+        "{listed:?}"
+    );
+    let none = f
+        .server
+        .cli(&["revoke", "--identity", IDENTITY, "2"], None)
+        .await;
+    assert!(
+        !none.status.success() && String::from_utf8_lossy(&none.stderr).contains("has no grant 2"),
+        "{none:?}"
+    );
+
+    // 3. Revoked: the same command is asked again, and a no denies it.
+    let revoke = f.human.send_text(&f.room, "revoke 1").await;
+    let revoked = f
+        .human
+        .wait_for_event(
+            &f.room,
+            "the revocation's notice",
+            notice_starting("Revoked: grant 1.".into()),
+        )
+        .await;
+    assert_eq!(
+        revoked["content"]["m.relates_to"]["m.in_reply_to"]["event_id"],
+        revoke.as_str()
+    );
+    std::fs::remove_file(&file).unwrap();
+    let third = ask(format!("grant-third-{}", random_suffix()));
+    f.human.send_text(&f.room, &format!("please {third}")).await;
+    let (_, id) = prompt_containing(&f, &third).await;
+    let tool_use = tool_use_id(&model, &third);
+    f.human.send_text(&f.room, &format!("no {id}")).await;
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(
+        (result["is_error"].as_bool(), result["content"].as_str()),
+        (Some(true), Some(DENIED)),
+        "{result}"
+    );
+    assert!(
+        !file.exists(),
+        "Bash did not run after the revocation and the no"
+    );
+}
