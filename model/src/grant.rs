@@ -23,6 +23,17 @@ pub const GRANT_MAX_MS: u64 = 24 * 60 * 60 * 1000;
 /// The longest prefix an approver may type, in characters.
 pub const PREFIX_MAX_CHARS: usize = 200;
 
+/// The longest subject a grant is made on or covers, in characters. Claude Code
+/// elides `input_preview` values over 3,500 code points in the middle (Claude Code
+/// channel contract, from 2.1.211): two long commands that differ only where they
+/// were elided would read the same, so nothing that long is granted unseen.
+pub const SUBJECT_MAX_CHARS: usize = 2_000;
+
+/// What Claude Code writes in place of a credential-looking token (from 2.1.234):
+/// a subject holding it is never granted, as the approver did not see the token a
+/// later call would carry.
+pub const REDACTED: &str = "[REDACTED]";
+
 /// The `input_preview` fields that name what a tool acts on, in the order they are
 /// looked for: Bash's `command`; Read, Write and Edit's `file_path`;
 /// NotebookEdit's `notebook_path`; `path` (Glob, Grep, LS); WebFetch's `url`; Grep
@@ -88,8 +99,12 @@ pub enum InputScope {
 }
 
 impl InputScope {
-    /// Whether a request whose [`subject`] is `subject` is covered.
+    /// Whether a request whose [`subject`] is `subject` is covered. A subject that
+    /// [`is_hidden`] is never covered.
     pub fn covers(&self, subject: &str) -> bool {
+        if is_hidden(subject) {
+            return false;
+        }
         match self {
             InputScope::Exact(exact) => subject == exact,
             InputScope::Prefix(prefix) => subject
@@ -118,6 +133,10 @@ pub enum GrantRefused {
     /// The prefix typed does not begin the subject the approver saw.
     #[error("the prefix does not begin what this request acts on")]
     PrefixNotSeen,
+    /// Part of what the request acts on was not shown: a redacted credential, or a
+    /// value so long Claude Code elides its middle ([`is_hidden`]).
+    #[error("part of what it acts on was hidden from you (redacted or elided)")]
+    Hidden,
     /// The identity holds as many grants as it may.
     #[error("there are already {max} grants: revoke one first")]
     TooMany { max: usize },
@@ -144,14 +163,24 @@ pub fn subject(input_preview: &str) -> Option<String> {
         .or_else(|| Some(value.to_string()))
 }
 
+/// Whether part of `subject` was hidden from the approver: it holds [`REDACTED`], or
+/// it has more than [`SUBJECT_MAX_CHARS`] characters.
+pub fn is_hidden(subject: &str) -> bool {
+    subject.contains(REDACTED) || subject.chars().count() > SUBJECT_MAX_CHARS
+}
+
 /// The scope of a grant asked for on a request whose `input_preview` the approver
 /// saw.
 ///
 /// # Errors
 /// [`GrantRefused::UnreadableInput`] when the preview has no [`subject`];
+/// [`GrantRefused::Hidden`] when it [`is_hidden`];
 /// [`GrantRefused::PrefixNotSeen`] when `prefix` does not begin it.
 pub fn scope_for(input_preview: &str, prefix: Option<&str>) -> Result<InputScope, GrantRefused> {
     let seen = subject(input_preview).ok_or(GrantRefused::UnreadableInput)?;
+    if is_hidden(&seen) {
+        return Err(GrantRefused::Hidden);
+    }
     match prefix {
         None => Ok(InputScope::Exact(seen)),
         Some(prefix) if seen.starts_with(prefix) => Ok(InputScope::Prefix(prefix.to_owned())),
@@ -279,6 +308,27 @@ mod tests {
             scope_for(r#"{"command":"cargo te"#, None),
             Err(GrantRefused::UnreadableInput)
         );
+    }
+
+    #[test]
+    fn what_was_hidden_from_the_approver_is_never_granted_nor_covered() {
+        let redacted = r#"{"command":"curl -H 'Authorization: Bearer [REDACTED]' https://x"}"#;
+        assert_eq!(scope_for(redacted, None), Err(GrantRefused::Hidden));
+        let long = "x".repeat(SUBJECT_MAX_CHARS + 1);
+        let preview = serde_json::json!({ "command": long }).to_string();
+        assert_eq!(scope_for(&preview, None), Err(GrantRefused::Hidden));
+        let longest = "x".repeat(SUBJECT_MAX_CHARS);
+        let preview = serde_json::json!({ "command": longest }).to_string();
+        assert_eq!(
+            scope_for(&preview, None),
+            Ok(InputScope::Exact(longest.clone()))
+        );
+        // A prefix grant never covers a longer or redacted subject either.
+        let scope = InputScope::Prefix("x".into());
+        assert!(scope.covers(&longest));
+        assert!(!scope.covers(&long));
+        assert!(!InputScope::Prefix("curl ".into()).covers("curl -u [REDACTED] https://x"));
+        assert!(!InputScope::Exact(long.clone()).covers(&long));
     }
 
     #[test]
