@@ -34,24 +34,27 @@ pub const SUBJECT_MAX_CHARS: usize = 2_000;
 /// later call would carry.
 pub const REDACTED: &str = "[REDACTED]";
 
-/// The `input_preview` fields that name what a tool acts on, in the order they are
-/// looked for: Bash's `command`; Read, Write and Edit's `file_path`;
-/// NotebookEdit's `notebook_path`; `path` (Glob, Grep, LS); WebFetch's `url`; Grep
-/// and Glob's `pattern`. Source: Claude Code's built-in tools' input schemas as
+/// The `input_preview` field that names what a built-in Claude Code tool acts on:
+/// Bash's `command`; Read, Write, Edit and MultiEdit's `file_path`; NotebookEdit's
+/// `notebook_path`; WebFetch's `url`. `None` for every other tool (Glob and Grep,
+/// whose `pattern` and `path` both matter, and every MCP tool): its subject is its
+/// whole input. Source: Claude Code's built-in tools' input schemas as
 /// `input_preview` shows them (JSON-shaped text).
-pub const SUBJECT_FIELDS: [&str; 6] = [
-    "command",
-    "file_path",
-    "notebook_path",
-    "path",
-    "url",
-    "pattern",
-];
+pub fn subject_field(tool: &str) -> Option<&'static str> {
+    match tool {
+        "Bash" => Some("command"),
+        "Read" | "Write" | "Edit" | "MultiEdit" => Some("file_path"),
+        "NotebookEdit" => Some("notebook_path"),
+        "WebFetch" => Some("url"),
+        _ => None,
+    }
+}
 
 /// Characters that, after a grant's prefix, would let a subject do more than the
-/// approver saw: a shell's command separators, pipes, substitutions and
-/// redirections, and line breaks.
-pub const UNSAFE_AFTER_PREFIX: [char; 8] = [';', '&', '|', '`', '$', '<', '>', '\n'];
+/// approver saw: a shell's command separators, pipes, substitutions, redirections
+/// and escapes, and line breaks. A prefix may not end with one of them, nor with
+/// `.` (a `..` would start at its end).
+pub const UNSAFE_AFTER_PREFIX: [char; 9] = [';', '&', '|', '`', '$', '<', '>', '\\', '\n'];
 
 /// What an approver asked for besides the allow (`always abcde`, `yes abcde 30m`,
 /// optionally followed by a prefix).
@@ -94,7 +97,8 @@ pub enum InputScope {
     /// Exactly this subject.
     Exact(String),
     /// Subjects that start with this prefix, the rest holding none of
-    /// [`UNSAFE_AFTER_PREFIX`] and no `..`.
+    /// [`UNSAFE_AFTER_PREFIX`] and no `..` (from the prefix's last character on); a
+    /// prefix ending with one of them or `.` covers nothing.
     Prefix(String),
 }
 
@@ -107,9 +111,15 @@ impl InputScope {
         }
         match self {
             InputScope::Exact(exact) => subject == exact,
-            InputScope::Prefix(prefix) => subject
-                .strip_prefix(prefix.as_str())
-                .is_some_and(|rest| !rest.contains(UNSAFE_AFTER_PREFIX) && !rest.contains("..")),
+            InputScope::Prefix(prefix) => {
+                // `..` is looked for from the prefix's last character on.
+                let last = prefix.chars().last().map_or(0, char::len_utf8);
+                prefix_safe(prefix)
+                    && subject.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+                        let window = &subject[prefix.len() - last..];
+                        !rest.contains(UNSAFE_AFTER_PREFIX) && !window.contains("..")
+                    })
+            }
         }
     }
 
@@ -133,10 +143,21 @@ pub enum GrantRefused {
     /// The prefix typed does not begin the subject the approver saw.
     #[error("the prefix does not begin what this request acts on")]
     PrefixNotSeen,
-    /// Part of what the request acts on was not shown: a redacted credential, or a
-    /// value so long Claude Code elides its middle ([`is_hidden`]).
-    #[error("part of what it acts on was hidden from you (redacted or elided)")]
+    /// Part of what the request acts on was not shown: the prompt clipped its input
+    /// ([`crate::prompt_text::PREVIEW_CHARS`]), or the subject [`is_hidden`].
+    #[error(
+        "part of its input was hidden from you (cut from the prompt, redacted, elided, \
+         or characters that do not show)"
+    )]
     Hidden,
+    /// The prefix ends with a character that lets what follows it do more than it
+    /// says ([`UNSAFE_AFTER_PREFIX`], or `.`).
+    #[error("a prefix may not end with . \\ ; & | ` $ < or >")]
+    UnsafePrefix,
+    /// The session that asked is not connected: a grant "until the session ends"
+    /// would begin after its end.
+    #[error("the session that asked is not connected")]
+    SessionGone,
     /// The identity holds as many grants as it may.
     #[error("there are already {max} grants: revoke one first")]
     TooMany { max: usize },
@@ -146,43 +167,73 @@ pub enum GrantRefused {
     Disputed,
 }
 
-/// What a request acts on, read from its `input_preview`: the first string field of
-/// [`SUBJECT_FIELDS`] in the JSON object; for a tool without one, the object in
-/// compact JSON (so the spaced and the compact forms of different Claude Code
-/// builds read the same). `None` when `input_preview` is not a JSON object (cut
-/// short or not JSON): such a request is never covered by a grant.
+/// What a request of `tool` acts on, read from its `input_preview`: the string field
+/// [`subject_field`] names, in the JSON object; otherwise (another tool, or that
+/// field missing or no string) the whole object in compact JSON (so the spaced and
+/// the compact forms of different Claude Code builds read the same). `None` when
+/// `input_preview` is not a JSON object (cut short, trailing text, or not JSON):
+/// such a request is never covered by a grant. Of duplicate keys the last counts, as
+/// in JavaScript's `JSON.parse` (Claude Code's `JSON.stringify` writes none).
 ///
 /// `input_preview` is display text (the contract says never to parse it for what
 /// the tool does); it is read here only to compare it with what an approver saw.
-pub fn subject(input_preview: &str) -> Option<String> {
+pub fn subject(tool: &str, input_preview: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(input_preview).ok()?;
     let object = value.as_object()?;
-    SUBJECT_FIELDS
-        .iter()
-        .find_map(|field| object.get(*field)?.as_str().map(str::to_owned))
+    subject_field(tool)
+        .and_then(|field| object.get(field)?.as_str().map(str::to_owned))
         .or_else(|| Some(value.to_string()))
 }
 
-/// Whether part of `subject` was hidden from the approver: it holds [`REDACTED`], or
-/// it has more than [`SUBJECT_MAX_CHARS`] characters.
-pub fn is_hidden(subject: &str) -> bool {
-    subject.contains(REDACTED) || subject.chars().count() > SUBJECT_MAX_CHARS
+/// Control and format characters (`Cc`, `Cf`: line breaks, bidi overrides,
+/// zero-width characters): a subject holding one does not show as it is.
+static INVISIBLE: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"[\p{Cc}\p{Cf}]").expect("constant regex"));
+
+/// `text` without its control and format characters (as a notice shows a tool's
+/// name).
+pub fn visible(text: &str) -> String {
+    INVISIBLE.replace_all(text, "").into_owned()
 }
 
-/// The scope of a grant asked for on a request whose `input_preview` the approver
-/// saw.
+/// Whether a prefix may begin a grant: it does not end with one of
+/// [`UNSAFE_AFTER_PREFIX`] or `.`.
+fn prefix_safe(prefix: &str) -> bool {
+    !prefix.ends_with(UNSAFE_AFTER_PREFIX) && !prefix.ends_with('.')
+}
+
+/// Whether part of `subject` was hidden from the approver: it holds [`REDACTED`], a
+/// control or format character, or more than [`SUBJECT_MAX_CHARS`] characters.
+pub fn is_hidden(subject: &str) -> bool {
+    subject.contains(REDACTED)
+        || INVISIBLE.is_match(subject)
+        || subject.chars().count() > SUBJECT_MAX_CHARS
+}
+
+/// The scope of a grant asked for on a request of `tool` whose `input_preview` the
+/// approver saw in its prompt.
 ///
 /// # Errors
+/// [`GrantRefused::Hidden`] when the prompt clipped the preview (more than
+/// [`crate::prompt_text::PREVIEW_CHARS`] characters) or the subject [`is_hidden`];
 /// [`GrantRefused::UnreadableInput`] when the preview has no [`subject`];
-/// [`GrantRefused::Hidden`] when it [`is_hidden`];
-/// [`GrantRefused::PrefixNotSeen`] when `prefix` does not begin it.
-pub fn scope_for(input_preview: &str, prefix: Option<&str>) -> Result<InputScope, GrantRefused> {
-    let seen = subject(input_preview).ok_or(GrantRefused::UnreadableInput)?;
+/// [`GrantRefused::UnsafePrefix`] when `prefix` ends badly ([`UNSAFE_AFTER_PREFIX`]);
+/// [`GrantRefused::PrefixNotSeen`] when `prefix` does not begin the subject.
+pub fn scope_for(
+    tool: &str,
+    input_preview: &str,
+    prefix: Option<&str>,
+) -> Result<InputScope, GrantRefused> {
+    if input_preview.chars().count() > crate::prompt_text::PREVIEW_CHARS {
+        return Err(GrantRefused::Hidden);
+    }
+    let seen = subject(tool, input_preview).ok_or(GrantRefused::UnreadableInput)?;
     if is_hidden(&seen) {
         return Err(GrantRefused::Hidden);
     }
     match prefix {
         None => Ok(InputScope::Exact(seen)),
+        Some(prefix) if !prefix_safe(prefix) => Err(GrantRefused::UnsafePrefix),
         Some(prefix) if seen.starts_with(prefix) => Ok(InputScope::Prefix(prefix.to_owned())),
         Some(_) => Err(GrantRefused::PrefixNotSeen),
     }
@@ -214,43 +265,58 @@ mod tests {
     #[test]
     fn the_subject_is_the_first_named_field_in_either_builds_form() {
         assert_eq!(
-            subject(r#"{ "command": "cargo test", "description": "Run the tests" }"#).as_deref(),
+            subject(
+                "Bash",
+                r#"{ "command": "cargo test", "description": "Run the tests" }"#
+            )
+            .as_deref(),
             Some("cargo test")
         );
         assert_eq!(
-            subject(r#"{"command":"cargo test","description":"other words"}"#).as_deref(),
+            subject(
+                "Bash",
+                r#"{"command":"cargo test","description":"other words"}"#
+            )
+            .as_deref(),
             Some("cargo test")
         );
         assert_eq!(
-            subject(r#"{"file_path":"/src/a.rs","old_string":"x"}"#).as_deref(),
+            subject("Edit", r#"{"file_path":"/src/a.rs","old_string":"x"}"#).as_deref(),
             Some("/src/a.rs")
         );
         assert_eq!(
-            subject(r#"{"url":"https://x.example/","prompt":"read"}"#).as_deref(),
+            subject(
+                "WebFetch",
+                r#"{"url":"https://x.example/","prompt":"read"}"#
+            )
+            .as_deref(),
             Some("https://x.example/")
         );
         // No named field: the whole object, compact, whatever the spacing.
         assert_eq!(
-            subject(r#"{ "todos": [1, 2] }"#),
-            subject(r#"{"todos":[1,2]}"#)
+            subject("TodoWrite", r#"{ "todos": [1, 2] }"#),
+            subject("TodoWrite", r#"{"todos":[1,2]}"#)
         );
         assert_eq!(
-            subject(r#"{"todos":[1,2]}"#).as_deref(),
+            subject("TodoWrite", r#"{"todos":[1,2]}"#).as_deref(),
             Some(r#"{"todos":[1,2]}"#)
         );
         // A field that is no string is not a subject.
         assert_eq!(
-            subject(r#"{"command":1}"#).as_deref(),
+            subject("Bash", r#"{"command":1}"#).as_deref(),
             Some(r#"{"command":1}"#)
         );
     }
 
     #[test]
     fn a_preview_cut_short_or_not_an_object_has_no_subject() {
-        assert_eq!(subject(r#"{"command":"rm -rf /tmp/x && echo"#), None);
-        assert_eq!(subject("ls"), None);
-        assert_eq!(subject(r#"["ls"]"#), None);
-        assert_eq!(subject(""), None);
+        assert_eq!(
+            subject("Bash", r#"{"command":"rm -rf /tmp/x && echo"#),
+            None
+        );
+        assert_eq!(subject("Bash", "ls"), None);
+        assert_eq!(subject("Bash", r#"["ls"]"#), None);
+        assert_eq!(subject("Bash", ""), None);
     }
 
     #[test]
@@ -293,19 +359,19 @@ mod tests {
     fn a_scope_is_asked_for_on_what_the_approver_saw() {
         let preview = r#"{ "command": "cargo test -p x", "description": "d" }"#;
         assert_eq!(
-            scope_for(preview, None),
+            scope_for("Bash", preview, None),
             Ok(InputScope::Exact("cargo test -p x".into()))
         );
         assert_eq!(
-            scope_for(preview, Some("cargo test")),
+            scope_for("Bash", preview, Some("cargo test")),
             Ok(InputScope::Prefix("cargo test".into()))
         );
         assert_eq!(
-            scope_for(preview, Some("cargo build")),
+            scope_for("Bash", preview, Some("cargo build")),
             Err(GrantRefused::PrefixNotSeen)
         );
         assert_eq!(
-            scope_for(r#"{"command":"cargo te"#, None),
+            scope_for("Bash", r#"{"command":"cargo te"#, None),
             Err(GrantRefused::UnreadableInput)
         );
     }
@@ -313,22 +379,107 @@ mod tests {
     #[test]
     fn what_was_hidden_from_the_approver_is_never_granted_nor_covered() {
         let redacted = r#"{"command":"curl -H 'Authorization: Bearer [REDACTED]' https://x"}"#;
-        assert_eq!(scope_for(redacted, None), Err(GrantRefused::Hidden));
-        let long = "x".repeat(SUBJECT_MAX_CHARS + 1);
-        let preview = serde_json::json!({ "command": long }).to_string();
-        assert_eq!(scope_for(&preview, None), Err(GrantRefused::Hidden));
-        let longest = "x".repeat(SUBJECT_MAX_CHARS);
-        let preview = serde_json::json!({ "command": longest }).to_string();
+        assert_eq!(scope_for("Bash", redacted, None), Err(GrantRefused::Hidden));
+        // The prompt shows PREVIEW_CHARS characters of the input: all of it, or no grant.
+        let shown = |n: usize| serde_json::json!({ "command": "x".repeat(n) }).to_string();
+        let fits = crate::prompt_text::PREVIEW_CHARS - shown(0).len();
         assert_eq!(
-            scope_for(&preview, None),
-            Ok(InputScope::Exact(longest.clone()))
+            scope_for("Bash", &shown(fits), None),
+            Ok(InputScope::Exact("x".repeat(fits)))
         );
+        assert_eq!(
+            scope_for("Bash", &shown(fits + 1), None),
+            Err(GrantRefused::Hidden)
+        );
+        // A command after a long description never showed either.
+        let unseen = serde_json::json!({ "description": "d".repeat(1_300), "command": "rm -rf ~" });
+        assert_eq!(
+            scope_for("Bash", &unseen.to_string(), None),
+            Err(GrantRefused::Hidden)
+        );
+        // Characters that do not show: line breaks, bidi overrides, zero-width.
+        for command in [
+            "true\n2: Bash",
+            "echo \u{202E}fr- mr",
+            "ec\u{200B}ho",
+            "a\tb",
+        ] {
+            let preview = serde_json::json!({ "command": command }).to_string();
+            assert_eq!(
+                scope_for("Bash", &preview, None),
+                Err(GrantRefused::Hidden),
+                "{command:?}"
+            );
+            assert!(
+                !InputScope::Exact(command.into()).covers(command),
+                "{command:?}"
+            );
+        }
         // A prefix grant never covers a longer or redacted subject either.
+        let long = "x".repeat(SUBJECT_MAX_CHARS + 1);
+        let longest = "x".repeat(SUBJECT_MAX_CHARS);
         let scope = InputScope::Prefix("x".into());
         assert!(scope.covers(&longest));
         assert!(!scope.covers(&long));
         assert!(!InputScope::Prefix("curl ".into()).covers("curl -u [REDACTED] https://x"));
         assert!(!InputScope::Exact(long.clone()).covers(&long));
+    }
+
+    #[test]
+    fn a_tools_subject_is_its_named_field_and_any_other_tools_its_whole_input() {
+        assert_eq!(subject_field("Bash"), Some("command"));
+        assert_eq!(subject_field("Read"), Some("file_path"));
+        assert_eq!(subject_field("MultiEdit"), Some("file_path"));
+        assert_eq!(subject_field("NotebookEdit"), Some("notebook_path"));
+        assert_eq!(subject_field("WebFetch"), Some("url"));
+        for tool in ["Grep", "Glob", "mcp__ssh__run", "bash", "Task"] {
+            assert_eq!(subject_field(tool), None, "{tool}");
+        }
+        // An MCP tool's `command` is not its subject: the host matters too.
+        let staging = subject("mcp__ssh__run", r#"{"host":"staging","command":"ls"}"#);
+        let prod = subject("mcp__ssh__run", r#"{"host":"prod","command":"ls"}"#);
+        assert_ne!(staging, prod);
+        // Bash with no string `command` is its whole input, never another field.
+        assert_eq!(
+            subject("Bash", r#"{"command":["ls"],"file_path":"/x"}"#).as_deref(),
+            Some(r#"{"command":["ls"],"file_path":"/x"}"#)
+        );
+        // Duplicate keys: the last counts.
+        assert_eq!(
+            subject("Bash", r#"{"command":"ls","command":"rm -rf /tmp/x"}"#).as_deref(),
+            Some("rm -rf /tmp/x")
+        );
+    }
+
+    #[test]
+    fn a_prefix_ending_in_a_dot_or_a_shell_character_is_refused_and_covers_nothing() {
+        for prefix in [
+            "/work/proj/.",
+            "echo $",
+            "echo \\",
+            "make &",
+            "a;",
+            "x |",
+            "echo `",
+        ] {
+            let subject = format!("{prefix}x");
+            let preview = serde_json::json!({ "command": subject }).to_string();
+            assert_eq!(
+                scope_for("Bash", &preview, Some(prefix)),
+                Err(GrantRefused::UnsafePrefix),
+                "{prefix:?}"
+            );
+            assert!(
+                !InputScope::Prefix(prefix.into()).covers(&subject),
+                "{prefix:?}"
+            );
+        }
+        let climbs = InputScope::Prefix("/work/proj/.".into());
+        assert!(!climbs.covers("/work/proj/../secrets/key"));
+        assert!(!InputScope::Prefix("echo $".into()).covers("echo $(curl x -o ~/.bashrc)"));
+        // `..` starting at the prefix's last character is caught too.
+        assert!(!InputScope::Prefix("/work/proj/a".into()).covers("/work/proj/a/../../etc"));
+        assert!(InputScope::Prefix("cat /work/proj/".into()).covers("cat /work/proj/.env"));
     }
 
     #[test]

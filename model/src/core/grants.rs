@@ -70,19 +70,27 @@ impl Grant {
         now < self.expires_at
             && self.session == *session
             && self.tool == request.tool_name
-            && subject(&request.input_preview).is_some_and(|s| self.scope.covers(&s))
+            && subject(&request.tool_name, &request.input_preview)
+                .is_some_and(|s| self.scope.covers(&s))
     }
 
     /// `Bash calls whose input is exactly "cargo test"`, clipped for a phone.
     fn what(&self) -> String {
         let (text, cut) = clip_chars(self.scope.text(), SHOWN_CHARS);
         let text = format!("{text}{}", if cut { "…" } else { "" });
-        let (tool, _) = clip_chars(&self.tool, SHOWN_CHARS);
+        let tool = shown(&self.tool);
         match &self.scope {
             InputScope::Exact(_) => format!("{tool} calls on exactly `{text}`"),
             InputScope::Prefix(_) => format!("{tool} calls on anything starting with `{text}`"),
         }
     }
+}
+
+/// A tool name as a notice shows it: without control and format characters,
+/// clipped to [`SHOWN_CHARS`] (a grant's subject holds none: `grant::is_hidden`).
+fn shown(tool: &str) -> String {
+    let visible = crate::grant::visible(tool);
+    clip_chars(&visible, SHOWN_CHARS).0.to_owned()
 }
 
 impl IdentityState {
@@ -122,13 +130,19 @@ impl IdentityState {
     ) {
         self.prune_grants(out);
         let prompt = &self.prompts[index];
-        let made =
-            scope_for(&prompt.request.input_preview, ask.prefix.as_deref()).and_then(|scope| {
-                match self.grants.len() >= MAX_GRANTS {
-                    true => Err(GrantRefused::TooMany { max: MAX_GRANTS }),
-                    false => Ok(scope),
-                }
-            });
+        let made = scope_for(
+            &prompt.request.tool_name,
+            &prompt.request.input_preview,
+            ask.prefix.as_deref(),
+        )
+        .and_then(|scope| match self.grants.len() >= MAX_GRANTS {
+            true => Err(GrantRefused::TooMany { max: MAX_GRANTS }),
+            false => Ok(scope),
+        })
+        .and_then(|scope| match self.is_attached(&prompt.session) {
+            true => Ok(scope),
+            false => Err(GrantRefused::SessionGone),
+        });
         let scope = match made {
             Ok(scope) => scope,
             Err(refused) => return self.grant_refused(message, refused, out),
@@ -220,7 +234,7 @@ impl IdentityState {
             format!(
                 "✅ Allowed by grant {}: {} request {} from {}.",
                 grant.id,
-                request.tool_name,
+                shown(&request.tool_name),
                 request.request_id,
                 self.who(session)
             ),
