@@ -23,6 +23,8 @@ mod gap_cut;
 mod gate;
 #[path = "scenarios/grants.rs"]
 mod grants;
+#[path = "scenarios/grants_attacks.rs"]
+mod grants_attacks;
 #[path = "scenarios/ids.rs"]
 mod ids;
 #[path = "scenarios/isolation.rs"]
