@@ -56,7 +56,7 @@
 
 use crate::{check_notification, encode_string, Cursor};
 use mc_model::classify::{parse_room_command, verdict_body, GrantCommand, RoomCommand};
-use mc_model::grant::{subject, InputScope, Lasts};
+use mc_model::grant::{is_hidden, subject, InputScope, Lasts, UNSAFE_AFTER_PREFIX};
 use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::{parse_text_verdict, TextVerdict};
 use mc_model::{
@@ -1561,7 +1561,8 @@ fn grant_covers(
     grant.session == *session
         && grant.tool == request.tool_name
         && now < grant.expires_at
-        && subject(&request.input_preview).is_some_and(|s| grant.scope.covers(&s))
+        && subject(&request.tool_name, &request.input_preview)
+            .is_some_and(|s| grant.scope.covers(&s))
 }
 
 impl Default for World {
@@ -2482,12 +2483,13 @@ impl World {
                 .and_then(|state| state.sessions().get(&asking)),
             Some(SessionPhase::Live | SessionPhase::Attaching { .. })
         );
-        let reaches = attached && self.prompt_room(ident, &asking).is_some();
+        // A grant answers an attached session's request even where no prompt room
+        // is known (its line goes to the grant's own room).
         let covering = self.grants[ident]
             .iter()
             .find(|g| grant_covers(g, &asking, &request, self.now))
             .cloned()
-            .filter(|_| reaches);
+            .filter(|_| attached);
         let input = Input::PermissionRequest {
             identity: ident_id(ident),
             session: asking.clone(),
@@ -4470,7 +4472,7 @@ impl World {
             "grant {id}, for tool {}, answered a request for another tool",
             grant.tool
         );
-        let seen = subject(&request.input_preview);
+        let seen = subject(&request.tool_name, &request.input_preview);
         assert!(
             seen.as_deref().is_some_and(|s| grant.scope.covers(s)),
             "grant {id} ({:?}) answered a request whose subject {seen:?} it does not cover",
@@ -4650,15 +4652,28 @@ impl World {
         else {
             return None;
         };
-        let scope = match (subject(&prompt.request.input_preview), &ask.prefix) {
+        // No grant on what the prompt did not show whole (it clips the preview), nor
+        // on a subject partly hidden, nor for a session that is not connected.
+        let request = &prompt.request;
+        let shown_whole =
+            request.input_preview.chars().count() <= mc_model::prompt_text::PREVIEW_CHARS;
+        let seen = subject(&request.tool_name, &request.input_preview)
+            .filter(|s| shown_whole && !is_hidden(s));
+        let scope = match (seen, &ask.prefix) {
             (None, _) => None,
             (Some(seen), None) => Some(InputScope::Exact(seen)),
-            (Some(seen), Some(prefix)) => seen
-                .starts_with(prefix.as_str())
-                .then(|| InputScope::Prefix(prefix.clone())),
+            (Some(seen), Some(prefix)) => (seen.starts_with(prefix.as_str())
+                && !prefix.ends_with(UNSAFE_AFTER_PREFIX)
+                && !prefix.ends_with('.'))
+            .then(|| InputScope::Prefix(prefix.clone())),
         };
+        let attached = self
+            .channel
+            .identity(&ident_id(i))
+            .and_then(|st| st.sessions().get(&prompt.session))
+            .is_some_and(|phase| *phase != SessionPhase::Detached);
         let live = self.grants[i].iter().filter(|g| now < g.expires_at).count();
-        let Some(scope) = scope.filter(|_| live < GRANT_CAP) else {
+        let Some(scope) = scope.filter(|_| live < GRANT_CAP && attached) else {
             self.reached.grants_refused += 1;
             return None;
         };
