@@ -43,12 +43,16 @@ fn expected(body: &str) -> Option<(Behavior, String, Option<GrantAsk>)> {
         }
     }
     // A grant: one line.
-    let breaks = ['\n', '\r', '\u{0B}', '\u{0C}', '\u{85}', '\u{2028}', '\u{2029}'];
+    let breaks = [
+        '\n', '\r', '\u{0B}', '\u{0C}', '\u{85}', '\u{2028}', '\u{2029}',
+    ];
     if body.trim().contains(breaks) || words.len() < 2 {
         return None;
     }
     let always = words[0].eq_ignore_ascii_case("always");
-    let yes = ["y", "yes"].iter().any(|w| words[0].eq_ignore_ascii_case(w));
+    let yes = ["y", "yes"]
+        .iter()
+        .any(|w| words[0].eq_ignore_ascii_case(w));
     let id = id_of(words[1]).filter(|_| always || yes)?;
     // What follows the id's word, as typed.
     let tail = rest_after(body.trim(), 2);
@@ -114,9 +118,11 @@ fuzz_target!(|data: &[u8]| {
     let body = String::from_utf8_lossy(data);
     let parsed = parse_text_verdict(&body);
     assert_eq!(
-        parsed
-            .as_ref()
-            .map(|v| (v.behavior, v.request_id.as_str().to_owned(), v.grant.clone())),
+        parsed.as_ref().map(|v| (
+            v.behavior,
+            v.request_id.as_str().to_owned(),
+            v.grant.clone()
+        )),
         expected(&body),
         "{body:?}"
     );
