@@ -327,3 +327,117 @@ fn a_request_a_grant_answers_takes_a_place_under_the_prompt_cap() {
         "the grant's verdict is on its way"
     );
 }
+
+#[test]
+fn the_operators_revoke_ends_the_grant_named_or_all_and_the_room_is_told() {
+    let mut w = World::new();
+    asked(&mut w, "cargo test");
+    let always = w.say(ALICE, R1, "always abcde");
+    w.drive();
+    w.ask_with(S1, bash("fghij", "ls"));
+    let second = w.say(ALICE, R1, "yes fghij 2h");
+    w.drive();
+    w.mark();
+    let identity = w.identity.clone();
+    w.input(mc_model::Input::Revoke {
+        identity: identity.clone(),
+        grant: Some(7),
+    });
+    w.drive();
+    assert_eq!(w.trace(), Vec::<String>::new(), "grant 7 is none");
+    w.input(mc_model::Input::Revoke {
+        identity: identity.clone(),
+        grant: Some(1),
+    });
+    w.drive();
+    assert_eq!(
+        w.take(),
+        [
+            format!("notice {always} \"Grant 1 ended: the operator revoked it.\""),
+            "grant-ended 1 Operator".to_owned(),
+        ]
+    );
+    w.input(mc_model::Input::Revoke {
+        identity,
+        grant: None,
+    });
+    w.drive();
+    assert_eq!(
+        w.take(),
+        [
+            format!("notice {second} \"Grant 2 ended: the operator revoked it.\""),
+            "grant-ended 2 Operator".to_owned(),
+        ]
+    );
+    assert!(w.state().grants().is_empty());
+}
+
+#[test]
+fn a_grant_answers_even_when_no_room_for_prompts_is_known() {
+    let mut w = World::new();
+    asked(&mut w, "cargo test");
+    w.say(ALICE, R1, "always abcde");
+    w.drive();
+    // The bot leaves the room prompts went to: none is known now.
+    let identity = w.identity.clone();
+    let left = w.fresh("$left");
+    w.input(mc_model::Input::Membership {
+        identity,
+        room: R1.into(),
+        event_id: Some(left),
+        user: BOT.into(),
+        membership: mc_model::Membership::Left,
+    });
+    w.drive();
+    assert_eq!(w.state().last_room(), None);
+    w.mark();
+    w.ask_with(S1, bash("fghij", "cargo test"));
+    assert_eq!(w.verdicts(S1), [("fghij".to_owned(), Behavior::Allow)]);
+    w.mark();
+    w.ask_with(S1, bash("kmnop", "ls"));
+    assert!(w
+        .drops()
+        .contains(&(None, mc_model::DropReason::NoPromptRoom)));
+}
+
+#[test]
+fn a_grants_answer_replaced_while_on_its_way_edits_no_message_and_is_no_prompt_to_the_agent() {
+    let mut w = World::new();
+    asked(&mut w, "cargo test");
+    let always = w.say(ALICE, R1, "always abcde");
+    w.drive();
+    w.hold(Kind::Verdict);
+    w.ask_with(S1, bash("fghij", "cargo test"));
+    assert_eq!(w.held_of(Kind::Verdict).len(), 1);
+    // The approver's message is no prompt: the agent may reply to it.
+    assert!(!w.state().is_prompt_message(&always));
+    w.mark();
+    // Claude Code asks again under the same id: the grant's answer is replaced.
+    w.ask_with(S1, bash("fghij", "cargo test"));
+    assert!(
+        w.edits().is_empty(),
+        "the approver's message is never edited: {:?}",
+        w.trace()
+    );
+}
+
+#[test]
+fn a_long_subject_is_clipped_in_the_grants_notice() {
+    let mut w = World::new();
+    let command = format!("echo {}", "x".repeat(300));
+    asked(&mut w, &command);
+    let always = w.say(ALICE, R1, "always abcde");
+    w.drive();
+    let shown: String = command.chars().take(200).collect();
+    assert!(
+        w.notices().iter().any(|(to, text)| *to == always
+            && text.contains(&format!("Bash calls on exactly `{shown}…` from"))),
+        "{:?}",
+        w.notices()
+    );
+    assert_eq!(
+        w.state().grants()[0].scope,
+        InputScope::Exact(command.clone()),
+        "the grant matches on all of it"
+    );
+}
