@@ -97,8 +97,8 @@ pub enum InputScope {
     /// Exactly this subject.
     Exact(String),
     /// Subjects that start with this prefix, the rest holding none of
-    /// [`UNSAFE_AFTER_PREFIX`] and no `..` (from the prefix's last character on); a
-    /// prefix ending with one of them or `.` covers nothing.
+    /// [`UNSAFE_AFTER_PREFIX`] and no `..`; a prefix ending with one of them or `.`
+    /// covers nothing.
     Prefix(String),
 }
 
@@ -111,13 +111,11 @@ impl InputScope {
         }
         match self {
             InputScope::Exact(exact) => subject == exact,
+            // A prefix never ends with `.`, so no `..` straddles its end.
             InputScope::Prefix(prefix) => {
-                // `..` is looked for from the prefix's last character on.
-                let last = prefix.chars().last().map_or(0, char::len_utf8);
                 prefix_safe(prefix)
                     && subject.strip_prefix(prefix.as_str()).is_some_and(|rest| {
-                        let window = &subject[prefix.len() - last..];
-                        !rest.contains(UNSAFE_AFTER_PREFIX) && !window.contains("..")
+                        !rest.contains(UNSAFE_AFTER_PREFIX) && !rest.contains("..")
                     })
             }
         }

@@ -441,3 +441,36 @@ fn a_long_subject_is_clipped_in_the_grants_notice() {
         "the grant matches on all of it"
     );
 }
+
+#[test]
+fn a_grant_covers_nothing_from_the_instant_it_expires() {
+    let mut w = World::new();
+    asked(&mut w, "cargo test");
+    w.say(ALICE, R1, "yes abcde 30s");
+    w.drive();
+    let grant = w.state().grants()[0].clone();
+    let session = mc_model::SessionId::from(S1);
+    let again = bash("fghij", "cargo test");
+    let before = mc_model::Timestamp(grant.expires_at.0 - 1);
+    assert!(w.state().covering_grant(&session, &again, before).is_some());
+    assert!(w
+        .state()
+        .covering_grant(&session, &again, grant.expires_at)
+        .is_none());
+}
+
+#[test]
+fn a_prompt_posted_while_a_grants_answer_is_on_its_way_gets_its_own_verdict() {
+    let mut w = World::new();
+    asked(&mut w, "cargo test");
+    w.say(ALICE, R1, "always abcde");
+    w.drive();
+    w.hold(Kind::Verdict);
+    w.ask_with(S1, bash("fghij", "cargo test"));
+    w.unhold(Kind::Verdict);
+    w.ask_with(S1, bash("kmnop", "ls"));
+    w.mark();
+    w.say(ALICE, R1, "yes kmnop");
+    w.drive();
+    assert_eq!(w.verdicts(S1), [("kmnop".to_owned(), Behavior::Allow)]);
+}
