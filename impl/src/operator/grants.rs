@@ -214,16 +214,15 @@ pub async fn revoke_command(
 #[cfg(test)]
 mod tests {
     use super::super::router;
+    use super::super::tests::send;
     use crate::engine::{self, NoPersist};
     use crate::http::testing::NoWire;
-    use axum::body::Body;
     use mc_model::{
         Channel, IdentityConfig, Input, Message, MessageContent, MsgType, PermissionRequest,
         RoomId, SessionId, UserId,
     };
     use serde_json::{json, Value};
     use std::sync::Arc;
-    use tower::ServiceExt as _;
 
     /// The identity `bot` in `!r:hs` with approver `@alice:hs`, session `s1`
     /// attached, and grant 1 made by Alice's `always abcde` on `cargo test`.
@@ -298,29 +297,6 @@ mod tests {
         channel.handle(now, message("$always", "always abcde"));
         assert_eq!(channel.identity(&bot).unwrap().grants().len(), 1);
         channel
-    }
-
-    async fn send(
-        app: &axum::Router,
-        method: &str,
-        uri: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let request = axum::http::Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("content-type", "application/json")
-            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-            .unwrap();
-        let response = app.clone().oneshot(request).await.unwrap();
-        let status = response.status().as_u16();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
-            .await
-            .unwrap();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
     }
 
     fn app() -> axum::Router {

@@ -555,7 +555,7 @@ pub fn binding_line(binding: &LabelBinding) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::engine::{self, NoPersist};
     use crate::http::testing::NoWire;
@@ -589,7 +589,9 @@ mod tests {
         engine::spawn(channel(), Arc::new(wire), NoPersist, engine::now_ms).0
     }
 
-    async fn send(
+    /// `method uri` with `body` on the operator router: the status and the JSON body
+    /// (`null` when none).
+    pub(super) async fn send(
         app: &axum::Router,
         method: &str,
         uri: &str,
