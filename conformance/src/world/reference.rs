@@ -133,6 +133,31 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             .prop_map(|(ident, grant)| Action::Revoke { ident, grant })
             .boxed(),
     ));
+    // The operator revokes a grant that stands (one in a few thousand sequences
+    // reaches one by the blind pick above).
+    let standing: Vec<(Ident, Option<u8>)> = Ident::ALL
+        .into_iter()
+        .flat_map(|ident| {
+            let grants = world
+                .channel
+                .identity(&ident.id())
+                .map(|s| s.grants().to_vec())
+                .unwrap_or_default();
+            let all = (!grants.is_empty()).then_some((ident, None));
+            grants
+                .into_iter()
+                .filter_map(move |g| u8::try_from(g.id).ok().map(|id| (ident, Some(id))))
+                .chain(all)
+        })
+        .collect();
+    if !standing.is_empty() {
+        options.push((
+            2,
+            pick(standing)
+                .prop_map(|(ident, grant)| Action::Revoke { ident, grant })
+                .boxed(),
+        ));
+    }
     if !live.is_empty() {
         options.push((
             1,
@@ -233,6 +258,36 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             })
             .boxed(),
     ));
+    // Ann answers a prompt not decided yet with a grant, replying to it (typed
+    // blind, with a random request id in one of the rooms, one in two hundred
+    // makes one).
+    let open: Vec<(usize, Rid)> = (0..8)
+        .filter_map(|n| {
+            let e = &world.events[world.sel(Sel::Prompt(n))?];
+            let body = e.content["body"].as_str()?;
+            let rid = [Rid::R1, Rid::R2]
+                .into_iter()
+                .find(|r| body.contains(r.as_str()))?;
+            e.edited_body.is_none().then_some((n, rid))
+        })
+        .collect();
+    if !open.is_empty() {
+        options.push((
+            2,
+            (pick(open), 0usize..3, any::<bool>())
+                .prop_map(|((to, rid), form, fallback)| Action::Message {
+                    ident: Ident::A,
+                    sender: Who::Ann,
+                    room: 0,
+                    text: [Text::Always, Text::AlwaysPrefix, Text::YesFor][form](rid),
+                    rel: Rel::Reply {
+                        to: Sel::Prompt(to),
+                        fallback,
+                    },
+                })
+                .boxed(),
+        ));
+    }
     if !sel.is_empty() {
         let keys = vec![
             Key::Up,
