@@ -607,6 +607,7 @@ impl Recorder {
                 | Effect::Bound { .. }
                 | Effect::Typing { .. }
                 | Effect::Notice { .. }
+                | Effect::Announce { .. }
                 | Effect::Decided { .. }
                 | Effect::WriteRefused { .. }
                 | Effect::LogMessage { .. }

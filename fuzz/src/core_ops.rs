@@ -4102,6 +4102,7 @@ impl World {
             Effect::Notice { identity, .. } => {
                 ident_index(identity);
             }
+            Effect::Announce { .. } => panic!("an announcement, and no identity has a policy"),
             Effect::Write {
                 id, identity, call, ..
             } => {
@@ -4418,6 +4419,7 @@ impl World {
                 }
             }
             VerdictSource::Grant { .. } => unreachable!("checked above"),
+            VerdictSource::Policy { .. } => panic!("a verdict by rule, and no identity has a policy"),
         }
         if decision.behavior == Behavior::Allow {
             let deny = votes.iter().find(|v| {

@@ -121,6 +121,20 @@ impl Wire for LiveWire {
         Ok(())
     }
 
+    async fn announce(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        text: &PromptText,
+    ) -> Result<(), String> {
+        let room = self.joined_room(identity, room)?;
+        ensure_not_plaintext(&room, "the notice").await?;
+        room.send(announce_content(text))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
     async fn notice(
         &self,
         identity: &IdentityId,
@@ -278,6 +292,12 @@ pub fn prompt_content(text: &PromptText) -> RoomMessageEventContent {
 pub fn edit_content(target: &OwnedEventId, text: &PromptText) -> RoomMessageEventContent {
     RoomMessageEventContentWithoutRelation::text_html(&text.plain, &text.html)
         .make_replacement(ReplacementMetadata::new(target.clone(), None))
+}
+
+/// The content of an announcement: an `m.notice` with `text`'s plain body and HTML,
+/// replying to nothing.
+pub fn announce_content(text: &PromptText) -> RoomMessageEventContent {
+    RoomMessageEventContent::notice_html(text.plain.clone(), text.html.clone())
 }
 
 /// The content of a notice: `m.notice` replying to `in_reply_to` (a rich reply

@@ -95,6 +95,16 @@ pub struct IdentityConfig {
     /// detach. 0 never shows typing (docs/decisions/0026-session-rooms.md).
     #[serde(default = "default_typing_cap_ms")]
     pub typing_cap_ms: Millis,
+    /// The operator's rules, in order: the first that matches a permission request
+    /// allows or denies it without asking, or says how many approvers must allow it
+    /// ([`crate::policy`]). Empty: every request is asked of one approver.
+    #[serde(default)]
+    pub policy: Vec<crate::policy::Rule>,
+    /// Where the line telling a request a rule allowed or denied goes. `None`: the
+    /// room its prompt would have gone to (`permission_room`, else the session's
+    /// room); with neither, no line (the verdict stands).
+    #[serde(default)]
+    pub policy_room: Option<RoomId>,
 }
 
 /// Which devices an approver's verdict may come from: the rule is read from the
@@ -188,6 +198,9 @@ pub enum ConfigError {
         settle_ms: Millis,
         prompt_ttl_ms: Millis,
     },
+    /// A policy rule cannot work as written ([`crate::policy::check`]).
+    #[error("policy: {0}")]
+    Policy(crate::policy::RuleProblem),
 }
 
 impl IdentityConfig {
@@ -214,6 +227,8 @@ impl IdentityConfig {
             verdict_devices: VerdictDevices::default(),
             attach_grace_ms: DEFAULT_ATTACH_GRACE_MS,
             typing_cap_ms: DEFAULT_TYPING_CAP_MS,
+            policy: Vec::new(),
+            policy_room: None,
         }
     }
 
@@ -252,6 +267,12 @@ impl IdentityConfig {
                 prompt_ttl_ms: self.prompt_ttl_ms,
             });
         }
+        if let Some(problem) = crate::policy::check(&self.policy, self.approver_count())
+            .into_iter()
+            .next()
+        {
+            return Err(ConfigError::Policy(problem));
+        }
         Ok(())
     }
 
@@ -261,6 +282,14 @@ impl IdentityConfig {
             Some(approvers) => approvers.contains(user),
             None => self.allowed_senders.contains(user),
         }
+    }
+
+    /// How many approvers the identity has.
+    pub fn approver_count(&self) -> usize {
+        self.approvers
+            .as_ref()
+            .unwrap_or(&self.allowed_senders)
+            .len()
     }
 
     /// Whether the identity relays permission requests at all (it has approvers).

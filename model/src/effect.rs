@@ -59,6 +59,14 @@ pub enum Effect {
         in_reply_to: EventId,
         text: String,
     },
+    /// Tell the room something that answers no message: an `m.notice` with the
+    /// text's HTML as its `formatted_body` (a request a policy rule allowed or
+    /// denied, docs/decisions/0029-policy.md). Fire and forget.
+    Announce {
+        identity: IdentityId,
+        room: RoomId,
+        text: PromptText,
+    },
     /// Join `room` as the identity: an allowed sender invited it. Outcome: `Sent`
     /// when the homeserver took the join (the identity's join event follows in the
     /// room's timeline), or `Failed` (the invite stays pending).
@@ -205,6 +213,18 @@ pub enum VerdictSource {
     /// Grant `grant` covered the request: nobody was asked
     /// (docs/decisions/0027-grants.md); `Decision::by` is who made the grant.
     Grant { grant: u64 },
+    /// Rule `rule` (from 1) of the identity's policy allowed or denied the request:
+    /// nobody was asked (docs/decisions/0029-policy.md); `Decision::by` is the
+    /// identity's own user id.
+    Policy { rule: usize },
+}
+
+impl VerdictSource {
+    /// Whether nobody was asked: a grant or a policy rule answered, and the request
+    /// has no prompt message of its own.
+    pub fn is_auto(&self) -> bool {
+        matches!(self, VerdictSource::Grant { .. } | VerdictSource::Policy { .. })
+    }
 }
 
 /// Why something was not acted on.

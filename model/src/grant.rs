@@ -163,6 +163,9 @@ pub enum GrantRefused {
     /// votes: a grant needs an undisputed allow.
     #[error("a deny reaction is settling on it")]
     Disputed,
+    /// The operator's policy rule `rule` asks for requests like it every time.
+    #[error("rule {rule} of the policy asks every time")]
+    RuleAsks { rule: usize },
 }
 
 /// What a request of `tool` acts on, read from its `input_preview`: the string field

@@ -44,6 +44,7 @@ pub mod fallback;
 pub mod grant;
 pub mod ids;
 pub mod meta;
+pub mod policy;
 pub mod prompt_text;
 pub mod reaction;
 pub mod render;

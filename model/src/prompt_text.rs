@@ -11,6 +11,7 @@ use crate::effect::{Decision, PromptText, VerdictSource};
 use crate::event::PermissionRequest;
 use crate::fallback::clip_chars;
 use crate::ids::{Label, SessionId};
+use crate::policy::{RuleDecision, RuleMatch};
 use crate::verdict::Behavior;
 use html_escape::encode_text;
 use regex::Regex;
@@ -79,6 +80,17 @@ pub fn render_prompt(
     request: &PermissionRequest,
     asker: Option<Asker<'_>>,
 ) -> PromptText {
+    render_asked(config, request, asker, None)
+}
+
+/// [`render_prompt`], with the line of the policy rule that asks (how many
+/// approvers it needs) before the instruction line when `rule` is given.
+pub fn render_asked(
+    config: &IdentityConfig,
+    request: &PermissionRequest,
+    asker: Option<Asker<'_>>,
+    rule: Option<&RuleMatch>,
+) -> PromptText {
     let id = request.request_id.as_str();
     let who = asker
         .filter(|asker| asker.label.is_some())
@@ -98,19 +110,60 @@ pub fn render_prompt(
     let deny = keys(config.reaction_keys.deny());
     let instruction =
         format!("Reply \"yes {id}\" to allow or \"no {id}\" to deny, or react {approve} / {deny}.");
+    let rule_line = rule.map(|rule| {
+        let (what, _) = clip_chars(&rule.what, RULE_CHARS);
+        match rule.decision {
+            RuleDecision::Ask { approvers } if approvers > 1 => format!(
+                "Rule {} ({what}) asks {approvers} approvers: it is allowed when {approvers} \
+                 of you said yes, and denied by a single no.",
+                rule.number
+            ),
+            _ => format!("Rule {} ({what}) asks every time.", rule.number),
+        }
+    });
+    let plain_rule = rule_line
+        .as_ref()
+        .map(|line| format!("{line}\n"))
+        .unwrap_or_default();
+    let html_rule = rule_line
+        .as_ref()
+        .map(|line| format!("<p>{}</p>", html(line)))
+        .unwrap_or_default();
     let plain = format!(
         "🔐 Permission request {id}{from_plain}: Claude Code wants to run {tool}\n\
-         {description}\nInput: {preview}\n\n{instruction}"
+         {description}\nInput: {preview}\n\n{plain_rule}{instruction}"
     );
     let html = format!(
         "<p>🔐 Permission request <code>{id}</code>{from_html}: Claude Code wants to run <b>{}</b></p>\
-         <p>{}</p><pre><code>{}</code></pre><p>{}</p>",
+         <p>{}</p><pre><code>{}</code></pre>{html_rule}<p>{}</p>",
         html(&tool),
         html(&description),
         encode_text(&preview),
         html(&instruction),
     );
     PromptText { plain, html }
+}
+
+/// At most this many characters of a rule's tool and input patterns are shown.
+pub const RULE_CHARS: usize = 200;
+
+/// The line telling the room a policy rule decided `request` (no prompt was
+/// posted): `✅ Allowed by rule 2: permission request abcde (Bash)`.
+pub fn render_ruled(request: &PermissionRequest, behavior: Behavior, rule: usize) -> PromptText {
+    let id = request.request_id.as_str();
+    let tool = clipped(&request.tool_name, TOOL_NAME_CHARS);
+    let head = match behavior {
+        Behavior::Allow => format!("✅ Allowed by rule {rule}"),
+        Behavior::Deny => format!("❌ Denied by rule {rule}"),
+    };
+    PromptText {
+        plain: format!("{head}: permission request {id} ({tool})"),
+        html: format!(
+            "<p>{}: permission request <code>{id}</code> (<b>{}</b>)</p>",
+            html(&head),
+            html(&tool)
+        ),
+    }
 }
 
 /// What a prompt ended as, for its edit.
@@ -140,6 +193,9 @@ pub fn render_outcome(request: &PermissionRequest, outcome: PromptOutcome<'_>) -
                 VerdictSource::Text { .. } => "by reply".to_owned(),
                 VerdictSource::Reaction { key, .. } => format!("with {key}"),
                 VerdictSource::Grant { grant } => format!("with grant {grant}"),
+                VerdictSource::Policy { rule } => {
+                    return render_ruled(request, decision.behavior, *rule)
+                }
             };
             format!("{mark} {word} by {} {how}", decision.by)
         }

@@ -10,7 +10,7 @@ use crate::world::{log_params, normalize_content, Ident, Observation, Sess, Who,
 use mc_model::{AgentWrite, EventId, IdentityId, PromptText, RoomId, SessionId};
 use mc_server::engine::Wire;
 use mc_server::matrix::RoomView;
-use mc_server::server::{edit_content, notice_content, prompt_content};
+use mc_server::server::{announce_content, edit_content, notice_content, prompt_content};
 use mc_server::write::{text_content, with_relation, ToolError, Written};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, VecDeque};
@@ -180,6 +180,18 @@ impl Wire for MemWire {
         let content =
             serde_json::to_value(edit_content(&target, text)).map_err(|e| e.to_string())?;
         let id = format!("$edit{}", self.net.lock().unwrap().calls);
+        self.send(identity, room, id, content, false);
+        Ok(())
+    }
+
+    async fn announce(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        text: &mc_model::PromptText,
+    ) -> Result<(), String> {
+        let content = serde_json::to_value(announce_content(text)).map_err(|e| e.to_string())?;
+        let id = format!("$notice{}", self.net.lock().unwrap().calls);
         self.send(identity, room, id, content, false);
         Ok(())
     }

@@ -249,6 +249,25 @@ impl World {
                 });
                 None
             }
+            Effect::Announce {
+                identity,
+                room,
+                text,
+            } => {
+                self.expected.push(Observation::Sent {
+                    ident: ident_of(&identity),
+                    room,
+                    event_id: None,
+                    event_type: "m.room.message".to_owned(),
+                    content: json!({
+                        "msgtype": "m.notice",
+                        "body": text.plain,
+                        "format": "org.matrix.custom.html",
+                        "formatted_body": text.html,
+                    }),
+                });
+                None
+            }
             Effect::Notice {
                 identity,
                 room,

@@ -91,6 +91,18 @@ impl Wire for FakeWire {
             .push(format!("edit {identity} {room} {event_id}"));
         Ok(())
     }
+    async fn announce(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        _text: &mc_model::PromptText,
+    ) -> Result<(), String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("announce {identity} {room}"));
+        Ok(())
+    }
     async fn notice(
         &self,
         identity: &IdentityId,

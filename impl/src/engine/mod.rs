@@ -82,6 +82,14 @@ pub trait Wire: Send + Sync + 'static {
         in_reply_to: &EventId,
         text: &str,
     ) -> Result<(), String>;
+    /// Posts an `m.notice` that replies to nothing, with `text`'s HTML as its
+    /// `formatted_body` (`Effect::Announce`).
+    async fn announce(
+        &self,
+        identity: &IdentityId,
+        room: &RoomId,
+        text: &PromptText,
+    ) -> Result<(), String>;
     /// Joins `room` as the identity (the model judged the invite).
     async fn join_room(&self, identity: &IdentityId, room: &RoomId) -> Result<(), String>;
     /// Shows the identity typing in `room` for [`mc_model::TYPING_TIMEOUT_MS`], or

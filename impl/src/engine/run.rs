@@ -283,6 +283,23 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     }),
                 );
             }
+            Effect::Announce {
+                identity,
+                room,
+                text,
+            } => {
+                let wire = self.wire.clone();
+                let (who, at) = (identity.clone(), room.clone());
+                self.rooms.run(
+                    &who,
+                    &at,
+                    Box::pin(async move {
+                        if let Err(e) = wire.announce(&identity, &room, &text).await {
+                            tracing::warn!(%identity, "posting a notice failed: {e}");
+                        }
+                    }),
+                );
+            }
             Effect::Notice {
                 identity,
                 room,

@@ -136,6 +136,14 @@ impl crate::engine::Wire for NoWire {
     ) -> Result<(), String> {
         Err("no wire".into())
     }
+    async fn announce(
+        &self,
+        _: &IdentityId,
+        _: &mc_model::RoomId,
+        _: &mc_model::PromptText,
+    ) -> Result<(), String> {
+        Err("no wire".into())
+    }
     async fn notice(
         &self,
         _: &IdentityId,

@@ -110,7 +110,7 @@ impl IdentityState {
         self.grants.iter().find(|g| g.covers(session, request, now))
     }
 
-    fn who(&self, session: &SessionId) -> String {
+    pub(super) fn who(&self, session: &SessionId) -> String {
         Asker {
             label: self.labels.get(session),
             session,
@@ -227,6 +227,8 @@ impl IdentityState {
             phase: Phase::Pending {
                 message: grant.message.clone(),
             },
+            rule: None,
+            approvals: Vec::new(),
         });
         out.notice(
             &grant.room,
@@ -357,11 +359,12 @@ impl IdentityState {
 }
 
 impl Phase {
-    /// Whether a grant answered the prompt (it has no message of its own).
+    /// Whether a grant or a policy rule answered the prompt (it has no message of
+    /// its own).
     pub fn is_auto(&self) -> bool {
         match self {
             Phase::Decided { decision, .. } | Phase::Delivering { decision, .. } => {
-                matches!(decision.via, VerdictSource::Grant { .. })
+                decision.via.is_auto()
             }
             Phase::Posting { .. } | Phase::Pending { .. } | Phase::Settling { .. } => false,
         }

@@ -26,6 +26,7 @@ mod delivery;
 mod grants;
 mod identity;
 mod messages;
+mod policy;
 mod prompts;
 mod rooms;
 mod sessions;
@@ -47,7 +48,7 @@ pub use undecryptable::{Parked, UNDECRYPTABLE_MEMORY};
 pub use verdicts::Vote;
 
 use crate::config::{ConfigError, IdentityConfig};
-use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PromptText, VerdictSource};
+use crate::effect::{ChannelNotification, Decision, DropReason, Effect, PromptText};
 use crate::event::{Input, Outcome, PermissionRequest};
 use crate::ids::{
     CallId, EffectId, EventId, IdentityId, Label, RoomId, SessionId, Timestamp, UserId,
@@ -488,10 +489,10 @@ impl Channel {
                 decision,
                 ..
             } => {
-                // A grant's answer has no prompt message of its own to edit.
-                let shown = match decision.via {
-                    VerdictSource::Grant { .. } => None,
-                    _ => Some((
+                // A grant's or a rule's answer has no prompt message of its own.
+                let shown = match decision.via.is_auto() {
+                    true => None,
+                    false => Some((
                         room,
                         message,
                         render_outcome(&request, PromptOutcome::Decided(&decision)),

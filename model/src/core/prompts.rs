@@ -7,8 +7,9 @@ use super::verdicts::Vote;
 use super::{InFlight, Out};
 use crate::effect::{Decision, DropReason, Effect, PromptText};
 use crate::event::{Outcome, PermissionRequest};
-use crate::ids::{EffectId, EventId, RoomId, SessionId, Timestamp};
-use crate::prompt_text::{render_outcome, render_prompt, Asker, PromptOutcome};
+use crate::ids::{EffectId, EventId, RoomId, SessionId, Timestamp, UserId};
+use crate::policy::{first_match, RuleDecision, RuleMatch};
+use crate::prompt_text::{render_asked, render_outcome, Asker, PromptOutcome};
 use crate::verdict::RequestId;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +26,23 @@ pub struct Prompt {
     /// After this instant an unanswered prompt expires.
     pub expires_at: Timestamp,
     pub phase: Phase,
+    /// The policy rule that asks (`ask`), when one matched: how many approvers
+    /// must allow, and no grant is made on it or answers it.
+    #[serde(default)]
+    pub rule: Option<RuleMatch>,
+    /// The distinct approvers who allowed it so far, while its rule needs more.
+    #[serde(default)]
+    pub approvals: Vec<UserId>,
+}
+
+impl Prompt {
+    /// How many distinct approvers must allow it: its `ask` rule's number, else 1.
+    pub fn quorum(&self) -> usize {
+        match self.rule.as_ref().map(|r| r.decision) {
+            Some(RuleDecision::Ask { approvers }) => approvers.max(1),
+            _ => 1,
+        }
+    }
 }
 
 /// Where a prompt is in its life. Expired and delivered prompts are gone.
@@ -144,15 +162,21 @@ impl IdentityState {
         if !self.config.relays_permissions() {
             return out.drop(None, DropReason::NoApprovers);
         }
+        // The first policy rule that matches decides; without one, a grant may.
+        let rule = first_match(&self.config.policy, &request);
+        let ruled = rule
+            .as_ref()
+            .is_some_and(|r| matches!(r.decision, RuleDecision::Allow | RuleDecision::Deny));
         // The operator's `permission_room`, else the room the session lives in. A
-        // grant answers without one (its line goes to the grant's own room).
+        // rule's or a grant's answer needs none (its line goes to the policy room or
+        // the grant's own room).
         let room = self
             .config
             .permission_room
             .clone()
             .or_else(|| self.room_of(&session).cloned());
-        let covered = self.covering_grant(&session, &request, out.now).is_some();
-        if room.is_none() && !covered {
+        let covered = rule.is_none() && self.covering_grant(&session, &request, out.now).is_some();
+        if room.is_none() && !covered && !ruled {
             return out.drop(None, DropReason::NoPromptRoom);
         }
         if let Some(index) = self
@@ -162,8 +186,8 @@ impl IdentityState {
         {
             self.retire(index, DropReason::PromptSuperseded, out);
         }
-        // A request answered by a grant is held as a prompt until its verdict is
-        // delivered: it takes a place under the cap like any other.
+        // A request answered by a rule or a grant is held as a prompt until its
+        // verdict is delivered: it takes a place under the cap like any other.
         while !self.prompts.is_empty() && self.prompts.len() >= self.config.max_prompts {
             // The oldest prompt nobody answered goes first; an answered one waiting
             // for its session goes only when every prompt is answered.
@@ -174,8 +198,10 @@ impl IdentityState {
                 .unwrap_or(0);
             self.retire(oldest, DropReason::PromptEvicted, out);
         }
-        if self.auto_answer(&session, &request, out) {
-            return;
+        match rule {
+            Some(rule) if ruled => return self.rule_answer(&session, &request, rule, room, out),
+            None if self.auto_answer(&session, &request, out) => return,
+            _ => {}
         }
         let Some(room) = room else {
             return out.drop(None, DropReason::NoPromptRoom);
@@ -187,7 +213,7 @@ impl IdentityState {
             label: self.labels.get(&session),
             session: &session,
         };
-        let text = render_prompt(&self.config, &request, Some(asker));
+        let text = render_asked(&self.config, &request, Some(asker), rule.as_ref());
         out.in_flight.insert(
             post,
             InFlight::Post {
@@ -213,6 +239,8 @@ impl IdentityState {
             created_at: out.now,
             expires_at: out.now.saturating_add(self.config.prompt_ttl_ms),
             phase: Phase::Posting { post },
+            rule,
+            approvals: Vec::new(),
         });
     }
 

@@ -178,9 +178,17 @@ impl IdentityState {
             return;
         }
         if let Some(ask) = &verdict.grant {
-            self.make_grant(target, ask, message, out);
+            match &self.prompts[target].rule {
+                // An `ask` rule's requests are asked every time.
+                Some(rule) if verdict.behavior == Behavior::Allow => self.grant_refused(
+                    message,
+                    crate::grant::GrantRefused::RuleAsks { rule: rule.number },
+                    out,
+                ),
+                _ => self.make_grant(target, ask, message, out),
+            }
         }
-        self.decide(target, decision, out);
+        self.approve(target, decision, out);
     }
 
     /// Whether an approver's deny vote is settling on the prompt at `index`.
@@ -373,21 +381,37 @@ impl IdentityState {
             };
             return;
         };
+        // Every approver whose allow is still there counts towards the quorum; the
+        // window is over, so the prompt is pending again until the quorum is met.
+        let allowed: Vec<_> = votes
+            .iter()
+            .filter(|(_, v)| v.behavior == Behavior::Allow)
+            .map(|(_, v)| v.voter.clone())
+            .collect();
+        let (event_id, vote) = (event_id.clone(), vote.clone());
+        if vote.behavior == Behavior::Allow && prompt.quorum() > 1 {
+            prompt.phase = Phase::Pending {
+                message: message.clone(),
+            };
+            for voter in allowed {
+                if voter != vote.voter && !prompt.approvals.contains(&voter) {
+                    prompt.approvals.push(voter);
+                }
+            }
+        }
         let via = match vote.by_text {
-            true => VerdictSource::Text {
-                event_id: event_id.clone(),
-            },
+            true => VerdictSource::Text { event_id },
             false => VerdictSource::Reaction {
-                event_id: event_id.clone(),
+                event_id,
                 key: vote.key.clone(),
             },
         };
         let decision = Decision {
             behavior: vote.behavior,
-            by: vote.voter.clone(),
+            by: vote.voter,
             via,
         };
-        self.decide(index, decision, out);
+        self.approve(index, decision, out);
     }
 }
 

@@ -2817,6 +2817,7 @@ fn monitor(
             }
             Effect::Granted { grant, .. } => step.granted.push(grant),
             Effect::Notice { .. }
+            | Effect::Announce { .. }
             | Effect::LogMessage { .. }
             | Effect::Acknowledged { .. }
             | Effect::GrantEnded { .. }
@@ -2855,6 +2856,7 @@ fn effect_identity(effect: &Effect) -> Option<IdentityId> {
         | Effect::SendVerdict { identity, .. }
         | Effect::EditPrompt { identity, .. }
         | Effect::Notice { identity, .. }
+        | Effect::Announce { identity, .. }
         | Effect::JoinRoom { identity, .. }
         | Effect::CreateRoom { identity, .. }
         | Effect::Bound { identity, .. }
@@ -3211,7 +3213,7 @@ fn check_decision(
                 s.bad |= bad::EARLY_VERDICT;
             }
         }
-        VerdictSource::Grant { .. } => {}
+        VerdictSource::Grant { .. } | VerdictSource::Policy { .. } => {}
     }
 }
 

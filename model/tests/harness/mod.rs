@@ -886,6 +886,7 @@ impl World {
             | Effect::Bound { .. }
             | Effect::Typing { .. }
             | Effect::Notice { .. }
+            | Effect::Announce { .. }
             | Effect::Decided { .. }
             | Effect::WriteRefused { .. }
             | Effect::LogMessage { .. }
@@ -1085,6 +1086,11 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
             text,
             ..
         } => format!("{}notice {in_reply_to} {text:?}", prefix(identity)),
+        Effect::Announce {
+            identity,
+            room,
+            text,
+        } => format!("{}announce {room} {:?}", prefix(identity), text.plain),
         Effect::Acknowledged {
             identity, event_id, ..
         } => format!("{}acked {event_id}", prefix(identity)),
@@ -1101,6 +1107,7 @@ pub fn line(default: &IdentityId, effect: &Effect) -> String {
                     format!("reaction {event_id} {key}")
                 }
                 VerdictSource::Grant { grant } => format!("grant {grant}"),
+                VerdictSource::Policy { rule } => format!("rule {rule}"),
             };
             format!(
                 "{}decided {session} {request_id} {} by {} via {via}",

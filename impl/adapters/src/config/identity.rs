@@ -13,7 +13,7 @@ use ruma::{OwnedRoomId, OwnedUserId};
 use std::collections::BTreeMap;
 use url::Url;
 
-const IDENTITY_KEYS: [&str; 15] = [
+const IDENTITY_KEYS: [&str; 17] = [
     "homeserver",
     "user_id",
     "allowed_senders",
@@ -29,6 +29,8 @@ const IDENTITY_KEYS: [&str; 15] = [
     "verdict_devices",
     "attach_grace_ms",
     "typing_cap_secs",
+    "policy",
+    "policy_room",
 ];
 
 impl Walk<'_> {
@@ -262,6 +264,9 @@ impl Walk<'_> {
             _ => None,
         };
 
+        let policy = self.policy(path, dict);
+        let policy_room = self.policy_room(path, dict);
+
         let settings = IdentitySettings {
             homeserver: homeserver?,
             user_id: user_id?,
@@ -277,6 +282,8 @@ impl Walk<'_> {
             verdict_devices: verdict_devices?,
             attach_grace_ms: attach_grace_ms?,
             typing_cap_secs: typing_cap_secs?,
+            policy: policy?,
+            policy_room: policy_room?,
         };
         self.check_identity(path, dict, &settings)
             .then_some(settings)

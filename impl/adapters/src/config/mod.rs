@@ -132,6 +132,7 @@
 
 mod env;
 mod identity;
+mod policy;
 mod reaction_keys;
 mod rules;
 #[cfg(test)]
@@ -236,6 +237,10 @@ pub struct IdentitySettings {
     pub typing_cap_secs: u64,
     /// Which devices a verdict may come from.
     pub verdict_devices: VerdictDevices,
+    /// The operator's rules, in the file's order (`mc_model::policy`).
+    pub policy: Vec<mc_model::policy::Rule>,
+    /// Where a line tells a request a rule decided; `None`: the prompt's room.
+    pub policy_room: Option<OwnedRoomId>,
 }
 
 impl IdentitySettings {
@@ -262,6 +267,8 @@ impl IdentitySettings {
         config.verdict_devices = self.verdict_devices;
         config.attach_grace_ms = self.attach_grace_ms;
         config.typing_cap_ms = self.typing_cap_secs.saturating_mul(1000);
+        config.policy = self.policy.clone();
+        config.policy_room = self.policy_room.as_ref().map(|r| RoomId(r.to_string()));
         config
     }
 }
@@ -453,6 +460,8 @@ mod tests {
                 verdict_devices: VerdictDevices::CrossSigned,
                 attach_grace_ms: 1000,
                 typing_cap_secs: 600,
+                policy: Vec::new(),
+                policy_room: None,
             }
         );
     }

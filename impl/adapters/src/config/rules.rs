@@ -86,6 +86,27 @@ impl Walk<'_> {
                     };
                     (at, dict.get(key), "must be greater than zero".to_owned())
                 }
+                ConfigError::Policy(_) => {
+                    // Every problem of the rules, each at its entry; then the
+                    // rules are out of the way of what `validate` checks after.
+                    let problems =
+                        mc_model::policy::check(&config.policy, config.approver_count());
+                    config.policy.clear();
+                    for problem in problems {
+                        let entry = Some(problem.rule().saturating_sub(1));
+                        let value = dict
+                            .get("policy")
+                            .and_then(|v| v.as_array())
+                            .and_then(|list| list.get(problem.rule().saturating_sub(1)));
+                        self.issues.push(ConfigIssue {
+                            path: list_entry(path, "policy", entry),
+                            source: value
+                                .map_or_else(|| self.file_source.clone(), |v| self.source(v)),
+                            message: ConfigError::Policy(problem).to_string(),
+                        });
+                    }
+                    continue;
+                }
                 ConfigError::SettleNotShorterThanTtl { .. } => {
                     // The last rule `validate` checks: nothing follows it.
                     rounds = 0;
