@@ -223,7 +223,10 @@ impl VerdictSource {
     /// Whether nobody was asked: a grant or a policy rule answered, and the request
     /// has no prompt message of its own.
     pub fn is_auto(&self) -> bool {
-        matches!(self, VerdictSource::Grant { .. } | VerdictSource::Policy { .. })
+        matches!(
+            self,
+            VerdictSource::Grant { .. } | VerdictSource::Policy { .. }
+        )
     }
 }
 

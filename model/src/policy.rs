@@ -48,9 +48,11 @@ impl Pattern {
                 if !narrow {
                     return true;
                 }
-                let dotted = c == '.'
-                    && ((i > 0 && text[i - 1] == '.') || text.get(i + 1) == Some(&'.'));
-                !UNSAFE_AFTER_PREFIX.contains(&c) && !is_hidden(c.encode_utf8(&mut [0; 4])) && !dotted
+                let dotted =
+                    c == '.' && ((i > 0 && text[i - 1] == '.') || text.get(i + 1) == Some(&'.'));
+                !UNSAFE_AFTER_PREFIX.contains(&c)
+                    && !is_hidden(c.encode_utf8(&mut [0; 4]))
+                    && !dotted
             })
             .collect();
         // reach[j]: the pattern read so far matches text[..j].
@@ -185,7 +187,9 @@ pub enum RuleProblem {
         approvers: usize,
         have: usize,
     },
-    #[error("rule {rule}: rule {by} before it matches every request it would, so it never decides")]
+    #[error(
+        "rule {rule}: rule {by} before it matches every request it would, so it never decides"
+    )]
     Shadowed { rule: usize, by: usize },
     #[error("rule {rule}: an allow rule's input pattern holds a character a `*` of it can never span ({what}), so it cannot match what it seems to")]
     NarrowNeverMatches { rule: usize, what: String },
@@ -247,7 +251,10 @@ pub fn check(rules: &[Rule], approvers: usize) -> Vec<RuleProblem> {
             }
         }
         if let Some(by) = rules[..i].iter().position(|earlier| covers(earlier, rule)) {
-            problems.push(RuleProblem::Shadowed { rule: n, by: by + 1 });
+            problems.push(RuleProblem::Shadowed {
+                rule: n,
+                by: by + 1,
+            });
         }
     }
     problems
@@ -346,10 +353,20 @@ mod tests {
         assert_eq!(number(&bash("ls")), Some(3));
         let mut cut = bash("cargo test");
         cut.input_preview = "{\"command\": \"cargo test".to_owned();
-        assert_eq!(number(&cut), Some(3), "an unreadable preview is never allowed");
+        assert_eq!(
+            number(&cut),
+            Some(3),
+            "an unreadable preview is never allowed"
+        );
         let mut long = bash("cargo test");
-        long.input_preview = serde_json::json!({"command": "cargo test", "description": "x".repeat(1_300)}).to_string();
-        assert_eq!(number(&long), Some(3), "a preview the prompt clips is never allowed");
+        long.input_preview =
+            serde_json::json!({"command": "cargo test", "description": "x".repeat(1_300)})
+                .to_string();
+        assert_eq!(
+            number(&long),
+            Some(3),
+            "a preview the prompt clips is never allowed"
+        );
         let mut deny_raw = bash("x");
         deny_raw.input_preview = "{\"command\": \"git push --force".to_owned();
         let deny = vec![rule("Bash", Some("*git push*"), RuleDecision::Deny)];
@@ -376,8 +393,15 @@ mod tests {
             vec![
                 RuleProblem::EmptyTool { rule: 1 },
                 RuleProblem::EmptyInput { rule: 2 },
-                RuleProblem::Quorum { rule: 3, approvers: 0 },
-                RuleProblem::TooFewApprovers { rule: 4, approvers: 3, have: 2 },
+                RuleProblem::Quorum {
+                    rule: 3,
+                    approvers: 0
+                },
+                RuleProblem::TooFewApprovers {
+                    rule: 4,
+                    approvers: 3,
+                    have: 2
+                },
                 RuleProblem::Shadowed { rule: 4, by: 3 },
                 RuleProblem::NarrowNeverMatches {
                     rule: 5,

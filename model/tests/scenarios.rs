@@ -29,6 +29,8 @@ mod grants_attacks;
 mod ids;
 #[path = "scenarios/isolation.rs"]
 mod isolation;
+#[path = "scenarios/policy.rs"]
+mod policy;
 #[path = "scenarios/prompts.rs"]
 mod prompts;
 #[path = "scenarios/push_meta.rs"]

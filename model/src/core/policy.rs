@@ -114,7 +114,11 @@ impl IdentityState {
             have = prompt.approvals.len(),
             names = names.join(", "),
             more = quorum - prompt.approvals.len(),
-            s = if quorum - prompt.approvals.len() == 1 { "" } else { "s" },
+            s = if quorum - prompt.approvals.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
         );
         let room = prompt.room.clone();
         out.notice(&room, &message, text);

@@ -60,19 +60,20 @@ impl Walk<'_> {
             Some(v) => self.typed::<String>(&key("input"), v).map(Some),
         };
         let decision = match dict.get("decision") {
-            Some(v) => self
-                .typed::<String>(&key("decision"), v)
-                .and_then(|word| match word.as_str() {
-                    "allow" | "deny" | "ask" => Some(word),
-                    _ => {
-                        self.issue(
-                            &key("decision"),
-                            Some(v),
-                            format!("{word:?} is no decision: allow, deny or ask"),
-                        );
-                        None
-                    }
-                }),
+            Some(v) => {
+                self.typed::<String>(&key("decision"), v)
+                    .and_then(|word| match word.as_str() {
+                        "allow" | "deny" | "ask" => Some(word),
+                        _ => {
+                            self.issue(
+                                &key("decision"),
+                                Some(v),
+                                format!("{word:?} is no decision: allow, deny or ask"),
+                            );
+                            None
+                        }
+                    })
+            }
             None => {
                 self.issue(
                     &key("decision"),
@@ -165,13 +166,27 @@ decision = "deny"
         let decisions: Vec<(String, Option<String>, RuleDecision)> = model
             .policy
             .iter()
-            .map(|r| (r.tool.0.clone(), r.input.as_ref().map(|p| p.0.clone()), r.decision))
+            .map(|r| {
+                (
+                    r.tool.0.clone(),
+                    r.input.as_ref().map(|p| p.0.clone()),
+                    r.decision,
+                )
+            })
             .collect();
         assert_eq!(
             decisions,
             [
-                ("Bash".into(), Some("git push*".into()), RuleDecision::Ask { approvers: 2 }),
-                ("Bash".into(), Some("cargo test*".into()), RuleDecision::Allow),
+                (
+                    "Bash".into(),
+                    Some("git push*".into()),
+                    RuleDecision::Ask { approvers: 2 }
+                ),
+                (
+                    "Bash".into(),
+                    Some("cargo test*".into()),
+                    RuleDecision::Allow
+                ),
                 ("Read".into(), None, RuleDecision::Allow),
                 ("Bash".into(), Some("*rm -rf*".into()), RuleDecision::Deny),
             ]
@@ -250,7 +265,10 @@ approvers = 3
         );
         let issues = issues_of_room("policy_room = \"log\"\n");
         assert_eq!(
-            issue_at(&issues, "identities.bot.policy_room").message.split(':').next(),
+            issue_at(&issues, "identities.bot.policy_room")
+                .message
+                .split(':')
+                .next(),
             Some("\"log\" is not a Matrix room id")
         );
     }

@@ -89,8 +89,7 @@ impl Walk<'_> {
                 ConfigError::Policy(_) => {
                     // Every problem of the rules, each at its entry; then the
                     // rules are out of the way of what `validate` checks after.
-                    let problems =
-                        mc_model::policy::check(&config.policy, config.approver_count());
+                    let problems = mc_model::policy::check(&config.policy, config.approver_count());
                     config.policy.clear();
                     for problem in problems {
                         let entry = Some(problem.rule().saturating_sub(1));
