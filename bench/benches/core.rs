@@ -341,6 +341,7 @@ fn model_check(scope: Scope, bounded: bool) -> CheckRun {
         Scope::Rooms => "rooms",
         Scope::Sessions => "sessions",
         Scope::Grants => "grants",
+        Scope::Policy => "policy",
     };
     let mut builder = World::new(scope).checker().threads(2);
     if bounded {

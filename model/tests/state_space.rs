@@ -81,6 +81,13 @@ fn the_grants_scope_holds_every_invariant_over_its_full_search() {
 }
 
 #[test]
+fn the_policy_scope_holds_every_invariant_over_its_full_search() {
+    if full_check_enabled() {
+        full_check(Scope::Policy);
+    }
+}
+
+#[test]
 fn the_scopes_together_witness_every_sometimes_property() {
     let all: BTreeSet<&str> = World::new(Scope::Delivery)
         .properties()
@@ -119,7 +126,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 /// The last column is the counterexample's last action as the world prints it
 /// (`Debug`): the step at which the fault shows, so a search that finds some other
 /// path to the property fails.
-const FAULTS: [(&str, Fault, Scope, &str); 42] = [
+const FAULTS: [(&str, Fault, Scope, &str); 44] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -372,6 +379,18 @@ const FAULTS: [(&str, Fault, Scope, &str); 42] = [
         Scope::Grants,
         "Request(S2, R1)",
     ),
+    (
+        names::POLICY_QUORUM,
+        Fault::QuorumOfOne,
+        Scope::Policy,
+        "Say { ident: A, who: Ann, room: 0, text: Always(R1) }",
+    ),
+    (
+        names::POLICY_DENY,
+        Fault::NoDenyRule,
+        Scope::Policy,
+        "Request(S1, R2)",
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope, last_action: &str) {
@@ -452,4 +471,6 @@ fault_tests! {
     a_non_approvers_grant_handed_over_as_an_approvers_makes_a_grant => 39;
     a_preview_cut_before_its_chained_command_lets_a_grant_answer_it => 40;
     a_stream_reported_closed_before_each_request_ends_the_grants_that_cover_it => 41;
+    a_rule_that_asks_one_approver_where_two_were_meant_lets_one_yes_allow => 42;
+    a_deny_rule_that_never_reaches_the_core_lets_its_request_be_prompted => 43;
 }

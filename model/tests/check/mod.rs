@@ -24,6 +24,7 @@
 
 #![allow(dead_code)] // Each test crate that includes the world uses part of it.
 
+use mc_model::policy::{Pattern, Rule, RuleDecision};
 use mc_model::{
     AgentText, AgentWrite, Behavior, CallId, Channel, DropReason, Effect, EffectId, EventId,
     IdentityId, Input, Label, Membership, Message, MessageContent, MetaKey, Millis, MsgType,
@@ -53,6 +54,10 @@ pub const LATER: Millis = 6_000;
 /// The command of `abcde` in [`Scope::Grants`]: what `always abcde` grants, and
 /// the prefix `always abcde cargo test` grants.
 pub const GRANT_PREFIX: &str = "cargo test";
+/// The command of `abcde` in [`Scope::Policy`]: rule 1 asks two approvers for it.
+pub const PUSH: &str = "git push";
+/// The command of `fghij` in [`Scope::Policy`]: rule 2 denies it.
+pub const REMOVE: &str = "rm -rf x";
 /// The command of `fghij` in [`Scope::Grants`]: `cargo test` chained with more,
 /// which no grant of `abcde` covers.
 pub const CHAINED: &str = "cargo test && curl x";
@@ -404,6 +409,10 @@ pub enum Fault {
     /// The server reports a session's stream closed (and open again) before each of
     /// its permission requests.
     DetachBeforeRequest,
+    /// The operator's rule 1 asks one approver, not two.
+    QuorumOfOne,
+    /// The operator's deny rule never reaches the core.
+    NoDenyRule,
 }
 
 /// What the world knows of one label of identity A (`web` of S1, `api` of S2).
@@ -475,7 +484,7 @@ impl RoomBounds {
     /// The pinned bounds of `scope`.
     pub fn pinned(scope: Scope) -> Self {
         match scope {
-            Scope::Delivery | Scope::Prompts | Scope::Grants => Self::default(),
+            Scope::Delivery | Scope::Prompts | Scope::Grants | Scope::Policy => Self::default(),
             Scope::Sessions => Self {
                 restarts: 1,
                 ..Self::default()
@@ -558,6 +567,22 @@ impl Bounds {
                 reconfigs: 0,
                 steps: 6,
             },
+            Scope::Policy => Self {
+                events: 6,
+                messages: 4,
+                reactions: 0,
+                redactions: 0,
+                edits: 0,
+                requests: 3,
+                failures: 0,
+                acks: 0,
+                toggles: 2,
+                early_ticks: 0,
+                noise: 0,
+                agent: 0,
+                reconfigs: 0,
+                steps: 8,
+            },
             Scope::Rooms => Self {
                 events: 2,
                 messages: 2,
@@ -610,16 +635,23 @@ pub enum Scope {
     /// detaches and attaches; time passes past the time box. Starts with S1 and S2
     /// attached, Ann's first message in `!r1:a` and S1's `abcde` posted there.
     Grants,
+    /// The operator's policy (docs/decisions/0029-policy.md): Ann and Carl both
+    /// approve A; rule 1 asks two approvers for `git push` (S1's `abcde`), rule 2
+    /// denies `rm -rf x` (S1's `fghij`). Ann and Carl type `yes abcde`, Carl `no
+    /// abcde`, Ann `always abcde`; S1 asks both again, detaches and attaches. Starts
+    /// with S1 attached, Ann's first message in `!r1:a` and S1's `abcde` posted.
+    Policy,
 }
 
 impl Scope {
     /// Every scope, in the order the full search checks them.
-    pub const ALL: [Scope; 5] = [
+    pub const ALL: [Scope; 6] = [
         Scope::Delivery,
         Scope::Prompts,
         Scope::Rooms,
         Scope::Sessions,
         Scope::Grants,
+        Scope::Policy,
     ];
 
     /// Unique states of the full search of the scope's pinned world
@@ -646,6 +678,8 @@ impl Scope {
             // New with grants (issue 27). 107,308 until a grant was refused for a
             // session that is not connected and on a subject partly hidden.
             Scope::Grants => 108_397,
+            // New with the operator's policy (issue 27).
+            Scope::Policy => 392_927,
         }
     }
 }
@@ -790,6 +824,10 @@ pub struct State {
     pub resend: BTreeSet<usize>,
     /// Grants, as the world knows them (made, and whether still live).
     pub grants: Vec<WGrant>,
+    /// [`Scope::Policy`]: the approvers who allowed `abcde` since it was last
+    /// asked, and whether one denied it.
+    pub allowed_by: BTreeSet<Who>,
+    pub denied_by_one: bool,
     /// Violations seen, one bit per `always` property.
     pub bad: u64,
     /// Good things that happened in the step that led here, one bit per `sometimes`
@@ -956,6 +994,8 @@ mod bad {
     pub const GRANT_UNFOUNDED: u64 = 1 << 36;
     pub const GRANT_OVERREACH: u64 = 1 << 37;
     pub const GRANT_IGNORED: u64 = 1 << 38;
+    pub const POLICY_QUORUM: u64 = 1 << 39;
+    pub const POLICY_DENY: u64 = 1 << 40;
 }
 
 /// Bits of [`State::seen`].
@@ -998,6 +1038,8 @@ mod seen {
     pub const GRANT_MADE: u64 = 1 << 39;
     pub const AUTO_ANSWERED: u64 = 1 << 40;
     pub const UNCOVERED_ASKED: u64 = 1 << 41;
+    pub const QUORUM_MET: u64 = 1 << 42;
+    pub const DENIED_BY_RULE: u64 = 1 << 43;
     /// Not a witness: the step's agent write was refused.
     pub const WRITE_REFUSED: u64 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
@@ -1067,6 +1109,25 @@ impl World {
         // few steps of each run on a tick. The grace is covered by the scenarios
         // (`scenarios/attach_grace.rs`) and the adversarial sequences.
         config.attach_grace_ms = 0;
+        if ident == Ident::A && self.scope == Scope::Policy {
+            let carl = Who::Carl.user(ident);
+            config
+                .approvers
+                .get_or_insert_with(BTreeSet::new)
+                .insert(carl);
+            config.policy = vec![
+                Rule {
+                    tool: Pattern("Bash".to_owned()),
+                    input: Some(Pattern(format!("*{PUSH}*"))),
+                    decision: RuleDecision::Ask { approvers: 2 },
+                },
+                Rule {
+                    tool: Pattern("Bash".to_owned()),
+                    input: Some(Pattern("*rm -rf*".to_owned())),
+                    decision: RuleDecision::Deny,
+                },
+            ];
+        }
         if ident == Ident::A {
             self.configure_faults(&mut config);
         }
@@ -1089,6 +1150,14 @@ impl World {
             Some(Fault::CapThree) => config.max_prompts = CAP + 1,
             Some(Fault::ShortSettle) => config.settle_ms = 1,
             Some(Fault::LongTtl) => config.prompt_ttl_ms = TTL * 2,
+            Some(Fault::QuorumOfOne) => {
+                for rule in &mut config.policy {
+                    if let RuleDecision::Ask { approvers } = &mut rule.decision {
+                        *approvers = 1;
+                    }
+                }
+            }
+            Some(Fault::NoDenyRule) => config.policy.retain(|r| r.decision != RuleDecision::Deny),
             _ => {}
         }
     }
@@ -1359,6 +1428,8 @@ impl Model for World {
             away: BTreeSet::new(),
             resend: BTreeSet::new(),
             grants: Vec::new(),
+            allowed_by: BTreeSet::new(),
+            denied_by_one: false,
             bad: 0,
             seen: 0,
         };
@@ -1412,6 +1483,29 @@ impl Model for World {
             for action in [
                 Action::Attach(Sess::S1),
                 Action::Attach(Sess::S2),
+                Action::Say {
+                    ident: Ident::A,
+                    who: Who::Ann,
+                    room: 0,
+                    text: Text::Chat,
+                },
+                Action::Request(Sess::S1, Rid::R1),
+            ] {
+                // The prelude's actions are always enabled in the first states.
+                state = self.next_state(&state, action).expect("prelude");
+            }
+            state.used = Bounds {
+                events: 0,
+                messages: 0,
+                requests: 0,
+                toggles: 0,
+                steps: 0,
+                ..state.used
+            };
+        }
+        if self.scope == Scope::Policy {
+            for action in [
+                Action::Attach(Sess::S1),
                 Action::Say {
                     ident: Ident::A,
                     who: Who::Ann,
@@ -1546,7 +1640,7 @@ impl Model for World {
         }
         if u.toggles < b.toggles {
             let sessions: &[Sess] = match self.scope {
-                Scope::Rooms | Scope::Grants => &[Sess::S1],
+                Scope::Rooms | Scope::Grants | Scope::Policy => &[Sess::S1],
                 Scope::Delivery | Scope::Prompts | Scope::Sessions => &[Sess::S1, Sess::S2],
             };
             for &sess in sessions {
@@ -1568,6 +1662,7 @@ impl Model for World {
                     Scope::Rooms => sess == Sess::S1,
                     Scope::Sessions => rid == Rid::R1 && sess != Sess::S3,
                     Scope::Grants => sess != Sess::S3 && (sess == Sess::S1 || rid == Rid::R1),
+                    Scope::Policy => sess == Sess::S1,
                     Scope::Delivery | Scope::Prompts => true,
                 };
                 if s.live(sess) && in_scope {
@@ -1606,6 +1701,12 @@ impl Model for World {
                     (Ident::A, Who::Ann, 0, Text::YesFor(Rid::R1)),
                     (Ident::A, Who::Ann, 0, Text::RevokeAll),
                     (Ident::A, Who::Carl, 0, Text::Always(Rid::R1)),
+                ],
+                Scope::Policy => &[
+                    (Ident::A, Who::Ann, 0, Text::Yes(Rid::R1)),
+                    (Ident::A, Who::Carl, 0, Text::Yes(Rid::R1)),
+                    (Ident::A, Who::Carl, 0, Text::No(Rid::R1)),
+                    (Ident::A, Who::Ann, 0, Text::Always(Rid::R1)),
                 ],
             };
             for &(ident, who, room, text) in says {
@@ -1782,6 +1883,8 @@ impl Model for World {
                         CHAINED.split(" &&").next().unwrap_or(CHAINED)
                     }
                     (Scope::Grants, Rid::R2) => CHAINED,
+                    (Scope::Policy, Rid::R1) => PUSH,
+                    (Scope::Policy, Rid::R2) => REMOVE,
                     _ => "ls",
                 };
                 let request = PermissionRequest {
@@ -2322,6 +2425,9 @@ impl Model for World {
         }
         check_rooms(self, &action, &step, &mut s);
         check_grants(self, &action, &step, &mut s);
+        if self.scope == Scope::Policy {
+            check_policy(self, &action, &step, &mut s);
+        }
         // Typing shown past its cap: the core's timer should have stopped it.
         let past_cap = s.typing.iter().any(|room| {
             s.worked_on
@@ -2721,6 +2827,7 @@ fn monitor(
             } => {
                 step.decided
                     .push((session.clone(), request_id.clone(), decision.via.clone()));
+                step.behaviors.push(decision.behavior);
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
                 if world.scope == Scope::Sessions {
                     check_verdict_room(s, &session, &request_id, &decision);
@@ -2903,6 +3010,8 @@ struct Step {
     granted: Vec<mc_model::Grant>,
     /// Verdicts the core took in the step: the session, the request and how.
     decided: Vec<(SessionId, RequestId, VerdictSource)>,
+    /// The same verdicts' behaviours, in the same order.
+    behaviors: Vec<Behavior>,
     /// The step posted a prompt.
     prompted: bool,
 }
@@ -3128,6 +3237,11 @@ fn check_decision(
     } else {
         Ident::B
     };
+    if let VerdictSource::Policy { .. } = &decision.via {
+        // Nobody was asked: judged against the rules after the step
+        // (`check_policy`).
+        return;
+    }
     let by = [Who::Ann, Who::Carl, Who::Eve, Who::Bot]
         .into_iter()
         .find(|w| w.user(ident) == decision.by);
@@ -3214,6 +3328,57 @@ fn check_decision(
             }
         }
         VerdictSource::Grant { .. } | VerdictSource::Policy { .. } => {}
+    }
+}
+
+/// After a step of [`Scope::Policy`]: `abcde` (`git push`, rule 1) is allowed only
+/// once two distinct approvers allowed it since it was last asked and none denied
+/// it; `fghij` (`rm -rf x`, rule 2) is never allowed, and is denied by the rule in
+/// the step that asks it, with no prompt.
+fn check_policy(world: &World, action: &Action, step: &Step, s: &mut State) {
+    if let Action::Request(Sess::S1, Rid::R1) = action {
+        s.allowed_by.clear();
+        s.denied_by_one = false;
+    }
+    if let Some((who, text, _)) = &step.said {
+        if world.gate(s, Ident::A, *who) == Gate::Approver {
+            match text {
+                Text::Yes(Rid::R1) | Text::Always(Rid::R1) => {
+                    s.allowed_by.insert(*who);
+                }
+                Text::No(Rid::R1) => s.denied_by_one = true,
+                _ => {}
+            }
+        }
+    }
+    for ((_, request_id, via), behavior) in step.decided.iter().zip(&step.behaviors) {
+        match (request_id == &Rid::R1.id(), behavior) {
+            (true, Behavior::Allow) => {
+                if s.allowed_by.len() < 2 || s.denied_by_one {
+                    s.bad |= bad::POLICY_QUORUM;
+                } else if matches!(via, VerdictSource::Text { .. }) {
+                    s.seen |= seen::QUORUM_MET;
+                }
+            }
+            (false, Behavior::Allow) => s.bad |= bad::POLICY_DENY,
+            _ => {}
+        }
+    }
+    if let Action::Request(_, Rid::R2) = action {
+        let denied =
+            step.decided
+                .iter()
+                .zip(&step.behaviors)
+                .any(|((_, request_id, via), behavior)| {
+                    *request_id == Rid::R2.id()
+                        && *behavior == Behavior::Deny
+                        && *via == VerdictSource::Policy { rule: 2 }
+                });
+        if denied && !step.prompted {
+            s.seen |= seen::DENIED_BY_RULE;
+        } else {
+            s.bad |= bad::POLICY_DENY;
+        }
     }
 }
 
@@ -3542,7 +3707,7 @@ const SHARED: [&str; 6] = [
 /// `sometimes` property.
 pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
     let shared: &[&str] = match scope {
-        Scope::Rooms | Scope::Sessions | Scope::Grants => &[],
+        Scope::Rooms | Scope::Sessions | Scope::Grants | Scope::Policy => &[],
         Scope::Delivery | Scope::Prompts => &SHARED,
     };
     let own: &[&str] = match scope {
@@ -3620,6 +3785,15 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a request a grant covers is allowed without a prompt",
             "a request of a session with grants that none covers is asked",
         ],
+        Scope::Policy => &[
+            "an approver's verdict reaches the session that asked",
+            "a verdict is taken by text",
+            "a request id is answered after it was issued again",
+            "a verdict send completes after its prompt was re-issued",
+            "a prompt expires",
+            "a request a rule asks two approvers for is allowed by two",
+            "a request a rule denies is denied unasked",
+        ],
     };
     shared.iter().chain(own).copied().collect()
 }
@@ -3685,6 +3859,10 @@ pub mod names {
     pub const GRANT_OVERREACH: &str = "a grant answers only its own session's requests it \
          covers, before it expires, is revoked or its session detaches";
     pub const GRANT_IGNORED: &str = "a request a live grant covers is answered without a prompt";
+    pub const POLICY_QUORUM: &str = "a request a rule asks two approvers for is allowed only \
+        after two distinct approvers allowed it and none denied it";
+    pub const POLICY_DENY: &str = "a request a deny rule matches is never allowed, and is denied \
+        at once without a prompt";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -3901,6 +4079,16 @@ fn properties() -> Vec<Property<World>> {
         witness!(
             "a request of a session with grants that none covers is asked",
             seen::UNCOVERED_ASKED
+        ),
+        never!(POLICY_QUORUM, bad::POLICY_QUORUM),
+        witness!(
+            "a request a rule asks two approvers for is allowed by two",
+            seen::QUORUM_MET
+        ),
+        never!(POLICY_DENY, bad::POLICY_DENY),
+        witness!(
+            "a request a rule denies is denied unasked",
+            seen::DENIED_BY_RULE
         ),
     ]
 }
