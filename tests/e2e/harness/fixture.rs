@@ -32,6 +32,12 @@ impl Fixture {
     /// Registers the cast, creates the room, starts the server (after `tune` adjusted
     /// its config) and waits until the bot joined the room.
     pub async fn start(tune: impl FnOnce(&mut ServerConfig)) -> Fixture {
+        Self::start_knowing(|config, _| tune(config)).await
+    }
+
+    /// [`Fixture::start`], with `tune` also given the stranger's user id (to make
+    /// them an allowed sender, a second approver).
+    pub async fn start_knowing(tune: impl FnOnce(&mut ServerConfig, &str)) -> Fixture {
         let permit = scenario_permit().await;
         let bot = register("bot").await;
         let human = Human::register("human").await;
@@ -48,7 +54,7 @@ impl Fixture {
             identities: vec![identity],
             ..ServerConfig::default()
         };
-        tune(&mut config);
+        tune(&mut config, &stranger.user_id);
         let server = Server::start(config).await;
 
         human.invite(&room, &bot.user_id).await;

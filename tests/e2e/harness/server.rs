@@ -39,6 +39,8 @@ pub struct Identity {
     pub attach_grace_ms: Option<u64>,
     /// `verdict_devices`: `"any"`, `"cross_signed"` or `"encrypted_cross_signed"`.
     pub verdict_devices: Option<&'static str>,
+    /// TOML appended at the end of the identity's table (its `[[…policy]]` tables).
+    pub extra: Option<String>,
 }
 
 impl Identity {
@@ -57,6 +59,7 @@ impl Identity {
             undecryptable_grace_secs: None,
             attach_grace_ms: None,
             verdict_devices: None,
+            extra: None,
         }
     }
 }
@@ -129,6 +132,9 @@ impl ServerConfig {
             }
             if let Some(v) = id.verdict_devices {
                 out.push_str(&format!("verdict_devices = {v:?}\n"));
+            }
+            if let Some(extra) = &id.extra {
+                out.push_str(extra);
             }
         }
         out

@@ -981,3 +981,116 @@ async fn newest_an_always_grant_runs_the_same_command_again_unasked_until_it_is_
         "Bash did not run after the revocation and the no"
     );
 }
+
+/// The operator's policy with Claude Code itself (docs/decisions/0029-policy.md):
+/// a deny rule answers a matching Bash call at once, and the model reads the
+/// denial; an ask rule for two approvers is not allowed by one yes, a second
+/// approver's no denies it, and two yeses allow the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_a_policy_denies_unasked_and_needs_two_approvers_where_a_rule_says_so() {
+    let f = Fixture::start_knowing(|config, second| {
+        let identity = &mut config.identities[0];
+        identity.allowed_senders.push(second.to_owned());
+        identity.approvers = Some(identity.allowed_senders.clone());
+        identity.extra = Some(
+            "[[identities.work.policy]]\ntool = \"Bash\"\ninput = \"touch *denied-*\"\n\
+             decision = \"deny\"\n\
+             [[identities.work.policy]]\ntool = \"Bash\"\ninput = \"touch *pair-*\"\n\
+             decision = \"ask\"\napprovers = 2\n"
+                .replace("work", IDENTITY),
+        );
+    })
+    .await;
+    let model = FakeModel::start().await;
+    let claude = Claude::start(NEWEST, &f.server, IDENTITY, &model).await;
+    let work = claude.workdir();
+    let bot = f.bot.user_id.clone();
+    let from_bot_starting = |start: String| {
+        let bot = bot.clone();
+        move |e: &serde_json::Value| {
+            e["sender"] == bot.as_str()
+                && e["content"]["msgtype"] == "m.notice"
+                && e["content"]["body"]
+                    .as_str()
+                    .is_some_and(|b| b.starts_with(&start))
+        }
+    };
+
+    // 1. A deny rule: no prompt, the model reads a denial, the room is told.
+    let marker = format!("denied-{}", random_suffix());
+    let (file, _) = ask_for_bash_touch(&f, &model, &work, &marker, "Touch it").await;
+    model
+        .wait_request(&format!("the Bash call for {marker}"), |r| {
+            r.tool_use_id.is_some() && text_of(last_user(&r.body)).contains(&marker)
+        })
+        .await;
+    let tool_use = tool_use_id(&model, &marker);
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(
+        (result["is_error"].as_bool(), result["content"].as_str()),
+        (Some(true), Some(DENIED)),
+        "{result}"
+    );
+    assert!(!file.exists(), "Bash did not run");
+    let told = f
+        .human
+        .wait_for_event(
+            &f.room,
+            "the rule's line",
+            from_bot_starting("\u{274C} Denied by rule 1: permission request ".into()),
+        )
+        .await;
+    assert!(
+        told["content"]["body"]
+            .as_str()
+            .is_some_and(|b| b.ends_with("Bash on \"touch *denied-*\"")),
+        "{told}"
+    );
+    assert!(told["content"]["m.relates_to"].is_null(), "{told}");
+
+    // 2. An ask rule for two: one yes is counted, the second approver's no denies.
+    let marker = format!("pair-{}", random_suffix());
+    let (file, _) = ask_for_bash_touch(&f, &model, &work, &marker, "Touch the pair").await;
+    let (prompt, id) = prompt_containing(&f, &marker).await;
+    assert!(
+        prompt["content"]["body"].as_str().is_some_and(|b| b.contains(
+            "Rule 2 (Bash on \"touch *pair-*\") asks 2 approvers: it is allowed when 2 of you said yes, and denied by a single no."
+        )),
+        "{prompt}"
+    );
+    let tool_use = tool_use_id(&model, &marker);
+    f.human.send_text(&f.room, &format!("yes {id}")).await;
+    f.human
+        .wait_for_event(
+            &f.room,
+            "the first approval counted",
+            from_bot_starting(format!("Counted for {id}: 1 of 2 approvals (rule 2)")),
+        )
+        .await;
+    f.stranger.send_text(&f.room, &format!("no {id}")).await;
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(
+        (result["is_error"].as_bool(), result["content"].as_str()),
+        (Some(true), Some(DENIED)),
+        "{result}"
+    );
+    assert!(!file.exists(), "one no denied it");
+
+    // 3. The same rule's next call: two yeses allow it.
+    let marker = format!("pair-{}", random_suffix());
+    let (file, _) = ask_for_bash_touch(&f, &model, &work, &marker, "Touch the pair").await;
+    let (_, id) = prompt_containing(&f, &marker).await;
+    let tool_use = tool_use_id(&model, &marker);
+    f.human.send_text(&f.room, &format!("yes {id}")).await;
+    f.human
+        .wait_for_event(
+            &f.room,
+            "the first approval counted",
+            from_bot_starting(format!("Counted for {id}: 1 of 2 approvals (rule 2)")),
+        )
+        .await;
+    f.stranger.send_text(&f.room, &format!("yes {id}")).await;
+    let result = tool_result_of(&model, &tool_use).await;
+    assert_eq!(result["content"].as_str(), Some(NO_OUTPUT), "{result}");
+    assert!(file.exists(), "two approvers allowed it");
+}
