@@ -286,6 +286,13 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
                 "not answered"
             }
         )),
+        // A request a rule denies: its verdict, and a line replying to nothing.
+        Action::PermissionRequest { .. }
+            if observed.iter().any(|o| matches!(o, Observation::Sent { content, .. }
+                if content["body"].as_str().is_some_and(|b| b.starts_with("❌ Denied by rule")))) =>
+        {
+            Some("request denied by a rule".to_owned())
+        }
         // A request a grant answers: its verdict, and no prompt.
         Action::PermissionRequest { .. }
             if observed.iter().any(|o| {

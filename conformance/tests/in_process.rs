@@ -34,8 +34,8 @@ const OBSERVATIONS: [&str; 10] = [
 /// comes after the sessions were told; the operator's bind taken, refused for a room
 /// the identity left, and moving a room from another label; an approver's room
 /// command; a prompt that names its labelled session; a grant made, a request it
-/// answers, and the operator's revocation of one.
-const CASES: [&str; 12] = [
+/// answers, and the operator's revocation of one; a request a policy rule denies.
+const CASES: [&str; 13] = [
     "undecryptable: parked",
     "undecryptable: Stranger",
     "decrypt: before the grace period ended",
@@ -48,6 +48,7 @@ const CASES: [&str; 12] = [
     "grant: made",
     "request answered by a grant",
     "revoke: revoked",
+    "request denied by a rule",
 ];
 
 /// Rounds of [`TOP_UP_CASES`] more sequences run while an observation or case of

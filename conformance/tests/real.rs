@@ -138,6 +138,7 @@ impl Real {
         let a = settings(Identity::new("a", &bot_a, &[&ann.user_id, &carl.user_id]));
         let mut b = settings(Identity::new("b", &bot_b, &[&ann.user_id]));
         b.permission_room = Some(b0.clone());
+        b.extra = Some(mc_conformance::world::B_POLICY_TOML.to_owned());
         let server = Server::start(ServerConfig {
             identities: vec![a, b],
             ..ServerConfig::default()

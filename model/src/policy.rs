@@ -73,10 +73,6 @@ impl Pattern {
         }
         reach[text.len()]
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 impl fmt::Display for Pattern {
@@ -147,12 +143,6 @@ pub struct RuleMatch {
     pub number: usize,
     pub what: String,
     pub decision: RuleDecision,
-}
-
-impl fmt::Display for RuleMatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rule {} ({})", self.number, self.what)
-    }
 }
 
 /// The first rule of `rules` that matches `request`, or `None`: asked of one
@@ -292,6 +282,8 @@ mod tests {
         assert!(p("mcp__github__*").matches("mcp__github__create_issue", false));
         assert!(!p("mcp__github__*").matches("mcp__gitlab__x", false));
         assert!(p("*").matches("", false));
+        assert!(p("*").matches(".x", true), "a dot that starts the text");
+        assert!(!p("*").matches("..x", true));
         assert!(p("a*b*c").matches("aXbYc", false));
         assert!(!p("a*b*c").matches("aXbY", false));
     }
@@ -411,6 +403,10 @@ mod tests {
             ]
         );
         assert_eq!(
+            problems.iter().map(RuleProblem::rule).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 4, 5, 7]
+        );
+        assert_eq!(
             check(
                 &[
                     rule("Bash", Some("cargo *"), RuleDecision::Allow),
@@ -420,6 +416,62 @@ mod tests {
             ),
             vec![],
             "a narrow allow does not catch all a deny of the same pattern would"
+        );
+        assert_eq!(
+            check(
+                &[
+                    rule("Bash", Some("cargo *"), RuleDecision::Deny),
+                    rule("Bash", Some("cargo *"), RuleDecision::Allow),
+                ],
+                1
+            ),
+            vec![RuleProblem::Shadowed { rule: 2, by: 1 }],
+            "a wide deny catches all a narrow allow of the same pattern would"
+        );
+    }
+
+    #[test]
+    fn the_check_bounds_pattern_lengths_and_the_quorum() {
+        let at = |n: usize| "a".repeat(n);
+        let fine = check(
+            &[
+                rule(&at(PATTERN_MAX_CHARS), None, RuleDecision::Deny),
+                rule("Bash", Some(&at(PATTERN_MAX_CHARS)), RuleDecision::Deny),
+                rule(
+                    "Read",
+                    None,
+                    RuleDecision::Ask {
+                        approvers: MAX_QUORUM,
+                    },
+                ),
+            ],
+            MAX_QUORUM,
+        );
+        assert_eq!(fine, vec![]);
+        let long = check(
+            &[
+                rule(&at(PATTERN_MAX_CHARS + 1), None, RuleDecision::Deny),
+                rule("Bash", Some(&at(PATTERN_MAX_CHARS + 1)), RuleDecision::Deny),
+                rule(
+                    "Read",
+                    None,
+                    RuleDecision::Ask {
+                        approvers: MAX_QUORUM + 1,
+                    },
+                ),
+            ],
+            MAX_QUORUM + 1,
+        );
+        assert_eq!(
+            long,
+            vec![
+                RuleProblem::TooLong { rule: 1 },
+                RuleProblem::TooLong { rule: 2 },
+                RuleProblem::Quorum {
+                    rule: 3,
+                    approvers: MAX_QUORUM + 1
+                },
+            ]
         );
     }
 }

@@ -169,6 +169,7 @@ impl Ident {
         config.approvers = Some([ann].into_iter().collect());
         if self == Ident::B {
             config.permission_room = Some(self.room(0));
+            config.policy = b_policy();
         }
         config.replay_budget = 3;
         match mode {
@@ -286,6 +287,30 @@ impl Rid {
         })
     }
 }
+
+/// B's policy (docs/decisions/0029-policy.md): `fghij`'s command is denied
+/// unasked, `abcde`'s is asked every time (no grant answers it). The real target's
+/// config file says the same ([`B_POLICY_TOML`]).
+pub fn b_policy() -> Vec<mc_model::policy::Rule> {
+    use mc_model::policy::{Pattern, Rule, RuleDecision};
+    vec![
+        Rule {
+            tool: Pattern("Bash".to_owned()),
+            input: Some(Pattern("ls fghij".to_owned())),
+            decision: RuleDecision::Deny,
+        },
+        Rule {
+            tool: Pattern("Bash".to_owned()),
+            input: Some(Pattern("ls abc*".to_owned())),
+            decision: RuleDecision::Ask { approvers: 1 },
+        },
+    ]
+}
+
+/// [`b_policy`] as the real target's config file has it (identity `b`).
+pub const B_POLICY_TOML: &str = "[[identities.b.policy]]\ntool = \"Bash\"\ninput = \"ls fghij\"\n\
+    decision = \"deny\"\n[[identities.b.policy]]\ntool = \"Bash\"\ninput = \"ls abc*\"\n\
+    decision = \"ask\"\n";
 
 /// The reference state: the model and its world.
 #[derive(Clone, Debug)]

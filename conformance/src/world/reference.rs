@@ -258,7 +258,7 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             })
             .boxed(),
     ));
-    // Ann answers a prompt not decided yet with a grant, replying to it (typed
+    // Ann answers one of A's prompts not decided yet with a grant, replying to it (typed
     // blind, with a random request id in one of the rooms, one in two hundred
     // makes one).
     let open: Vec<(usize, Rid)> = (0..8)
@@ -268,7 +268,8 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
             let rid = [Rid::R1, Rid::R2]
                 .into_iter()
                 .find(|r| body.contains(r.as_str()))?;
-            e.edited_body.is_none().then_some((n, rid))
+            // B's policy asks for its `abcde` every time (no grant is made there).
+            (e.edited_body.is_none() && e.ident == Ident::A).then_some((n, rid))
         })
         .collect();
     if !open.is_empty() {

@@ -288,3 +288,51 @@ fn a_rule_answer_reaches_only_the_session_that_asked() {
     assert_eq!(w.verdicts(S2), [("abcde".to_owned(), Behavior::Allow)]);
     assert_eq!(w.verdicts(S1), []);
 }
+
+#[test]
+fn a_no_first_denies_at_once() {
+    let mut w = with_policy(day());
+    w.ask_with(S1, bash("abcde", "git push"));
+    w.say(BOB, R1, "no abcde");
+    assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Deny)]);
+}
+
+#[test]
+fn an_ask_rule_for_one_approver_says_it_asks_every_time() {
+    let mut w = with_policy(vec![rule("Bash", None, RuleDecision::Ask { approvers: 1 })]);
+    w.ask_with(S1, bash("abcde", "ls"));
+    let text = w
+        .effects()
+        .iter()
+        .find_map(|e| match e {
+            mc_model::Effect::PostPrompt { text, .. } => Some(text.plain.clone()),
+            _ => None,
+        })
+        .expect("a prompt");
+    assert!(
+        text.contains("\n\nRule 1 (Bash) asks every time.\nReply \"yes abcde\""),
+        "{text}"
+    );
+    w.say(ALICE, R1, "yes abcde");
+    assert_eq!(w.verdicts(S1), [("abcde".to_owned(), Behavior::Allow)]);
+}
+
+#[test]
+fn two_requests_a_rule_answers_while_a_verdict_is_in_flight_are_both_delivered() {
+    let mut w = with_policy(day());
+    w.hold(Kind::Verdict);
+    w.ask_with(S1, bash("abcde", "cargo test"));
+    w.ask_with(S1, bash("fghij", "cargo test -p x"));
+    assert_eq!(w.held_of(Kind::Verdict).len(), 2, "{:?}", w.trace());
+    w.unhold(Kind::Verdict);
+    w.release_all();
+    w.drive();
+    assert_eq!(
+        w.verdicts(S1),
+        [
+            ("abcde".to_owned(), Behavior::Allow),
+            ("fghij".to_owned(), Behavior::Allow)
+        ]
+    );
+    assert!(w.state().prompts().is_empty());
+}
