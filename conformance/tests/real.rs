@@ -1046,11 +1046,13 @@ impl Target for Real {
                     room,
                     event_type: ev["type"].as_str().unwrap_or_default().to_owned(),
                     // A prompt's or an agent's write (the tool answered with its id);
-                    // an unknown event without a relation shows its real id.
+                    // an unknown event without a relation shows its real id, but for
+                    // the identity's own notices (a rule's line replies to nothing).
                     event_id: prompt
                         .or_else(|| self.to_sym.get(&real_id).map(|s| EventId(s.clone())))
                         .or_else(|| {
-                            (ev.pointer("/content/m.relates_to").is_none())
+                            (ev.pointer("/content/m.relates_to").is_none()
+                                && ev["content"]["msgtype"] != "m.notice")
                                 .then_some(EventId(real_id))
                         }),
                     content,
