@@ -4419,7 +4419,9 @@ impl World {
                 }
             }
             VerdictSource::Grant { .. } => unreachable!("checked above"),
-            VerdictSource::Policy { .. } => panic!("a verdict by rule, and no identity has a policy"),
+            VerdictSource::Policy { .. } => {
+                panic!("a verdict by rule, and no identity has a policy")
+            }
         }
         if decision.behavior == Behavior::Allow {
             let deny = votes.iter().find(|v| {
