@@ -177,7 +177,7 @@ fn write_journal(dir: &Path, inputs: u64) -> anyhow::Result<Channel> {
                 }
             }
         };
-        journal.append(mc_model::Timestamp(now), &input)?;
+        journal.append(mc_model::Timestamp(now), &input, &[])?;
         appended += 1;
         for effect in channel.handle(mc_model::Timestamp(now), input) {
             match effect {

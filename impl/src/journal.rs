@@ -1,5 +1,5 @@
-//! The engine's journal: every input the model is handed, made durable before the
-//! model acts on it, and a snapshot of the model state behind which the journal is
+//! The engine's journal: every input the model is handed, made durable before any
+//! effect of its step is executed, and a snapshot of the model state behind which the journal is
 //! compacted.
 //!
 //! The model is a deterministic function of its inputs and the clock values it was
@@ -19,12 +19,18 @@
 //! Tables: `snapshot` (one row: the model state's JSON, the sequence number of the
 //! last input it includes, the model version that wrote it), `journal` (one row per
 //! input after the snapshot: sequence number, model version, `now` in milliseconds
-//! since the Unix epoch, the input's JSON, and a SHA-256 check of the three), and
+//! since the Unix epoch, the input's JSON, and a SHA-256 check of the three),
 //! `journal_set_aside` (records that failed their check on recovery, with the
-//! reason: kept, never replayed).
+//! reason: kept, never replayed), and `audit` (the audit trail,
+//! docs/decisions/0028-audit-trail.md: one row per entry, sealed into a hash chain
+//! by `mc_adapters::audit::chain`, written in the same transaction as the record of
+//! the input whose step made it, and never compacted; read by [`crate::audit`]).
 use std::path::{Path, PathBuf};
 
+use mc_adapters::audit::chain::{is_hash, seal, GENESIS};
+use mc_adapters::audit::AuditEntry;
 use mc_model::{Channel, Input, Timestamp};
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 
@@ -58,6 +64,16 @@ CREATE TABLE IF NOT EXISTS journal_set_aside (
     reason TEXT NOT NULL,
     set_aside_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY,
+    now INTEGER NOT NULL,
+    identity TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_now ON audit (now);
 ";
 
 /// When the engine writes a snapshot and compacts the journal behind it: after this
@@ -130,6 +146,9 @@ pub struct Journal {
     last_seq: i64,
     inputs_since_snapshot: u64,
     bytes_since_snapshot: u64,
+    /// The seq and hash of the audit trail's last entry (`0` and [`GENESIS`] when it
+    /// is empty): the next entry is sealed after it.
+    audit_last: (i64, String),
 }
 
 fn check_sum(version: &str, now: i64, input: &str) -> Vec<u8> {
@@ -173,6 +192,36 @@ impl Journal {
             [],
             |row| row.get(0),
         )?;
+        let last_entry: Option<(i64, Option<String>)> = conn
+            .query_row(
+                "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| {
+                    let hash = match row.get_ref(1)? {
+                        ValueRef::Text(text) => std::str::from_utf8(text)
+                            .ok()
+                            .filter(|hash| is_hash(hash))
+                            .map(str::to_owned),
+                        _ => None,
+                    };
+                    Ok((row.get(0)?, hash))
+                },
+            )
+            .optional()?;
+        let audit_last = match last_entry {
+            None => (0, GENESIS.to_owned()),
+            Some((seq, Some(hash))) => (seq, hash),
+            Some((seq, None)) => {
+                // Changed by hand: the trail goes on, and `audit verify` names the entry.
+                tracing::error!(
+                    journal = %path.display(),
+                    "the audit trail's last entry {seq} holds no hash: the next entry is \
+                     chained from the start hash; `matrix-channel audit verify` names the \
+                     entry that was changed"
+                );
+                (seq, GENESIS.to_owned())
+            }
+        };
         Ok(Journal {
             conn,
             path,
@@ -180,6 +229,7 @@ impl Journal {
             last_seq,
             inputs_since_snapshot: 0,
             bytes_since_snapshot: 0,
+            audit_last,
         })
     }
 
@@ -287,25 +337,58 @@ impl Journal {
         })
     }
 
-    /// Appends one input, handed to the model at `now`; durable when this returns.
-    /// Errors: the input cannot be serialised, or the database fails (the input is
-    /// then not recorded, and must not be acted on).
-    pub fn append(&mut self, now: Timestamp, input: &Input) -> Result<(), JournalError> {
+    /// Appends one input, handed to the model at `now`, and the audit entries its
+    /// step made (`audit`, sealed after the trail's last entry), in one transaction;
+    /// durable when this returns.
+    /// Errors: the input cannot be serialised, or the database fails (then neither
+    /// the input nor its entries are recorded, and the step must not be acted on).
+    pub fn append(
+        &mut self,
+        now: Timestamp,
+        input: &Input,
+        audit: &[AuditEntry],
+    ) -> Result<(), JournalError> {
         let json = serde_json::to_string(input)?;
         let now = i64::try_from(now.0).unwrap_or(i64::MAX);
         let seq = self.last_seq + 1;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO journal (seq, version, now, input, check_sum)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+        let mut last = self.audit_last.clone();
+        let sealed: Vec<_> = audit
+            .iter()
+            .map(|entry| {
+                let row = seal(last.0 + 1, &last.1, entry);
+                last = (row.seq, row.hash.clone());
+                row
+            })
+            .collect();
+        let tx = self.conn.transaction()?;
+        tx.prepare_cached(
+            "INSERT INTO journal (seq, version, now, input, check_sum)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![
+            seq,
+            MODEL_VERSION,
+            now,
+            json,
+            check_sum(MODEL_VERSION, now, &json)
+        ])?;
+        for row in &sealed {
+            tx.prepare_cached(
+                "INSERT INTO audit (seq, now, identity, kind, body, prev_hash, hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
-                seq,
-                MODEL_VERSION,
-                now,
-                json,
-                check_sum(MODEL_VERSION, now, &json)
+                row.seq,
+                row.now,
+                row.identity,
+                row.kind,
+                row.body,
+                row.prev_hash,
+                row.hash
             ])?;
+        }
+        tx.commit()?;
+        self.audit_last = last;
         self.last_seq = seq;
         self.inputs_since_snapshot += 1;
         self.bytes_since_snapshot += json.len() as u64;
@@ -319,7 +402,7 @@ impl Journal {
     }
 
     /// Writes `channel` (the state after every appended input) as the snapshot and
-    /// drops the records it includes, in one transaction.
+    /// drops the records it includes, in one transaction. The audit trail stays.
     /// Errors: serialising or the database fails (the journal is then unchanged).
     pub fn snapshot(&mut self, channel: &Channel) -> Result<(), JournalError> {
         let json = serde_json::to_string(channel)?;
@@ -449,7 +532,7 @@ mod tests {
         let mut channel = start();
         journal.snapshot(&channel).unwrap();
         for i in 0..n {
-            journal.append(NOW + i, &input(i)).unwrap();
+            journal.append(NOW + i, &input(i), &[]).unwrap();
             channel.handle(NOW + i, input(i));
         }
         channel
@@ -493,7 +576,7 @@ mod tests {
         journal.recover().unwrap();
         journal.snapshot(&expected).unwrap();
         assert_eq!(journal.records().unwrap(), 0);
-        journal.append(NOW + 10, &input(10)).unwrap();
+        journal.append(NOW + 10, &input(10), &[]).unwrap();
         expected.handle(NOW + 10, input(10));
         drop(journal);
         let (channel, recovery) = recover_channel(&mut open(&dir), None).unwrap();
@@ -510,10 +593,10 @@ mod tests {
         };
         let mut journal = Journal::open(&dir.0, policy).unwrap();
         for i in 0..2 {
-            journal.append(NOW, &input(i)).unwrap();
+            journal.append(NOW, &input(i), &[]).unwrap();
         }
         assert!(!journal.snapshot_due());
-        journal.append(NOW, &input(2)).unwrap();
+        journal.append(NOW, &input(2), &[]).unwrap();
         assert!(journal.snapshot_due());
         journal.snapshot(&start()).unwrap();
         assert!(!journal.snapshot_due(), "the count starts again");
@@ -523,9 +606,9 @@ mod tests {
             every_bytes: bytes * 2,
         };
         let mut journal = Journal::open(&dir.0, policy).unwrap();
-        journal.append(NOW, &input(0)).unwrap();
+        journal.append(NOW, &input(0), &[]).unwrap();
         assert!(!journal.snapshot_due());
-        journal.append(NOW, &input(2)).unwrap();
+        journal.append(NOW, &input(2), &[]).unwrap();
         assert!(journal.snapshot_due(), "two records of {bytes} bytes");
     }
 
@@ -557,7 +640,7 @@ mod tests {
         assert!(kept[0].1.contains("check sum"), "{}", kept[0].1);
         assert_eq!(journal.records().unwrap(), 3, "the good records stay");
         // The next input follows the last good record, and a second recovery agrees.
-        journal.append(NOW + 3, &input(3)).unwrap();
+        journal.append(NOW + 3, &input(3), &[]).unwrap();
         expected.handle(NOW + 3, input(3));
         drop(journal);
         let (channel, recovery) = recover_channel(&mut open(&dir), None).unwrap();
@@ -591,7 +674,7 @@ mod tests {
         let dir = TempDir::new();
         let mut journal = open(&dir);
         for i in 0..20 {
-            journal.append(NOW + i, &input(i)).unwrap();
+            journal.append(NOW + i, &input(i), &[]).unwrap();
         }
         // A copy of the files as a crash in the middle of the last write leaves them
         // (the journal still open: its write-ahead log is not checkpointed), the log

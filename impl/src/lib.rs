@@ -2,6 +2,7 @@
 //! matrix-channel server.
 // The pure modules live in `impl/adapters/` (crate `mc_adapters`, see AGENTS.md).
 pub use mc_adapters::{config, decode, fit, split, summary};
+pub mod audit;
 pub mod crypto;
 pub mod engine;
 pub mod health;

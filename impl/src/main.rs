@@ -2,6 +2,8 @@
 
 use anyhow::{anyhow, Context as _};
 use clap::{Parser, Subcommand};
+use mc_adapters::audit::chain::Anchor;
+use mc_adapters::audit::time::parse_instant;
 use mc_server::config::Config;
 use mc_server::crypto::OwnDeviceSigning;
 use mc_server::store::{Store, StoreLock};
@@ -107,6 +109,29 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Print the audit trail (docs/approvals.md, "Reading the audit trail"): every
+    /// permission request, prompt, verdict, grant, revocation and room binding, oldest
+    /// first, one a line: `TIME  IDENTITY  WHAT`, the time in UTC. Reads the journal
+    /// read-only, so it runs beside `serve`. `audit verify` checks the trail.
+    #[command(args_conflicts_with_subcommands = true)]
+    Audit {
+        #[command(subcommand)]
+        command: Option<AuditCommand>,
+        /// Only this identity's entries.
+        #[arg(long)]
+        identity: Option<String>,
+        /// From this time on: RFC 3339 (`2026-12-06T18:00:00Z`, `…+01:00`) or a
+        /// duration before now (`90s`, `30m`, `2h`, `7d`, `1h30m`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Before this time (the same forms).
+        #[arg(long)]
+        until: Option<String>,
+        /// One JSON object a line: `seq`, `time`, `now` (ms), `identity`, `kind`,
+        /// `body`, `hash`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Bearer tokens for MCP clients.
     Token {
         #[command(subcommand)]
@@ -116,6 +141,20 @@ enum Command {
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Check the audit trail's hash chain. Exits 0 printing `audit trail verified: N
+    /// entries` and the last entry's seq and hash (note them elsewhere: an anchor),
+    /// or 1 naming the first bad entry and why (a hash mismatch: it was changed; a gap
+    /// in seq: entries were deleted; a broken chain). Entries cut from the end leave
+    /// a valid chain: only an anchor tells.
+    Verify {
+        /// `SEQ:HASH` from an earlier verify: that entry must still be there, unchanged.
+        #[arg(long)]
+        anchor: Option<String>,
     },
 }
 
@@ -427,6 +466,52 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             mc_server::operator::write_lines(&mut std::io::stdout().lock(), &lines)
                 .context("writing to stdout")
         }
+        Command::Audit {
+            command,
+            identity,
+            since,
+            until,
+            json,
+        } => {
+            let config = load(&cli.config)?;
+            let store_dir = &config.store_dir;
+            if let Some(AuditCommand::Verify { anchor }) = command {
+                let anchor = anchor
+                    .as_deref()
+                    .map(Anchor::parse)
+                    .transpose()
+                    .map_err(|e| anyhow!("--anchor: {e}"))?;
+                return match mc_server::audit::verify(store_dir, anchor)? {
+                    Ok(verified) => mc_server::operator::write_lines(
+                        &mut std::io::stdout().lock(),
+                        &mc_server::audit::verified_lines(&verified),
+                    )
+                    .context("writing to stdout"),
+                    Err(broken) => Err(anyhow!("the audit trail does not verify: {broken}")),
+                };
+            }
+            if let Some(identity) = &identity {
+                if known_identity(&config, identity).is_err() {
+                    eprintln!("note: no identity {identity:?} in the config now");
+                }
+            }
+            let now = mc_server::engine::now_ms().0;
+            let at = |flag: &str, text: Option<String>| {
+                text.map(|text| parse_instant(&text, now).map_err(|e| anyhow!("--{flag}: {e}")))
+                    .transpose()
+            };
+            let filter = mc_server::audit::Filter {
+                identity,
+                since: at("since", since)?,
+                until: at("until", until)?,
+            };
+            let format = match json {
+                true => mc_server::audit::Format::Json,
+                false => mc_server::audit::Format::Lines,
+            };
+            mc_server::audit::print(store_dir, &filter, format, &mut std::io::stdout().lock())?;
+            Ok(())
+        }
         Command::Token { command } => {
             let config = load(&cli.config)?;
             let store = Store::open(&config.store_dir)?;
@@ -509,6 +594,67 @@ mod tests {
             neither.kind(),
             clap::error::ErrorKind::MissingRequiredArgument
         );
+    }
+
+    type AuditArgs = (
+        Option<AuditCommand>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        bool,
+    );
+
+    fn audit(args: &[&str]) -> Result<AuditArgs, clap::Error> {
+        let mut argv = vec!["matrix-channel", "audit"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Audit {
+                command,
+                identity,
+                since,
+                until,
+                json,
+            } => Ok((command, identity, since, until, json)),
+            _ => panic!("not audit"),
+        }
+    }
+
+    #[test]
+    fn audit_takes_an_identity_a_time_range_and_json_or_verify_with_an_anchor() {
+        let (command, identity, since, until, json) = audit(&[
+            "--identity",
+            "work",
+            "--since",
+            "2h",
+            "--until",
+            "2026-12-06T18:00:00Z",
+            "--json",
+        ])
+        .unwrap();
+        assert!(command.is_none());
+        assert_eq!(
+            (
+                identity.as_deref(),
+                since.as_deref(),
+                until.as_deref(),
+                json
+            ),
+            (Some("work"), Some("2h"), Some("2026-12-06T18:00:00Z"), true)
+        );
+        let (command, identity, ..) = audit(&[]).unwrap();
+        assert!(command.is_none() && identity.is_none());
+        let (command, ..) = audit(&["verify", "--anchor", "5:ab"]).unwrap();
+        assert!(matches!(
+            command,
+            Some(AuditCommand::Verify { anchor: Some(a) }) if a == "5:ab"
+        ));
+        let (command, ..) = audit(&["verify"]).unwrap();
+        assert!(matches!(
+            command,
+            Some(AuditCommand::Verify { anchor: None })
+        ));
+        let mixed = audit(&["--identity", "work", "verify"]).unwrap_err();
+        assert_eq!(mixed.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
 
     #[test]

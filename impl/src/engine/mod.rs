@@ -1,6 +1,7 @@
 //! The engine: one task owns the model ([`mc_model::Channel`]), feeds it every input
-//! in arrival order, makes each input durable before the model acts on it, and turns
-//! the model's effects into wire calls through a [`Wire`].
+//! in arrival order, makes each input durable (with its audit entries) before any of
+//! its effects is executed, and turns the model's effects into wire calls through a
+//! [`Wire`].
 //!
 //! Every channel and relay decision is the model's: which effect is made, for which
 //! session or room, and what an outcome changes. The engine executes every effect

@@ -1,17 +1,26 @@
-//! Where the engine keeps its state ([`Persist`]): the journal ([`JournalPersist`]),
-//! or nothing ([`NoPersist`], for tests). Every input is made durable before the
-//! model acts on it.
+//! Where the engine keeps its state ([`Persist`]): the journal and its audit trail
+//! ([`JournalPersist`]), or nothing ([`NoPersist`], for tests). Every input is made
+//! durable before any effect of it is executed.
 
 use crate::journal::Journal;
-use mc_model::{Channel, Input, Timestamp};
+use mc_model::{Channel, Effect, Input, Timestamp};
 
-/// Where the engine keeps its state: every input is made durable before the model
-/// acts on it ([`Persist::append`]), so a crash loses no input the engine took.
+/// Where the engine keeps its state: every input is made durable before any effect
+/// the model returned for it is executed ([`Persist::append`]), so a crash loses no
+/// input the engine acted on.
 pub trait Persist: Send + Sync + 'static {
-    /// Makes `input`, about to be handed to the model at `now`, durable. The engine
-    /// acts on no input this did not take: on an error it logs it and stops.
+    /// Makes `input`, handed to the model at `now`, durable, with what its step
+    /// tells the audit trail: the model returned `effects` and its state is now
+    /// `after`. The engine executes no effect of a step this did not take: on an
+    /// error it logs it and stops.
     /// Errors: a reason for the log.
-    fn append(&mut self, now: Timestamp, input: &Input) -> Result<(), String>;
+    fn append(
+        &mut self,
+        now: Timestamp,
+        input: &Input,
+        effects: &[Effect],
+        after: &Channel,
+    ) -> Result<(), String>;
     /// Makes `channel`, the state the engine starts from, durable: the inputs that
     /// follow are appended to it. Called once, before the first input.
     /// Errors: a reason for the log; the engine then takes no input.
@@ -24,9 +33,10 @@ pub trait Persist: Send + Sync + 'static {
     fn flush(&mut self, _channel: &Channel) {}
 }
 
-/// Persists into the journal ([`crate::journal`]): an append per input, a snapshot
-/// when its policy asks and at a clean stop. (The mutex makes it `Sync`: only the
-/// engine task ever locks it.)
+/// Persists into the journal ([`crate::journal`]): an append per input with the
+/// step's audit entries ([`mc_adapters::audit::audit_entries`]), a snapshot when its
+/// policy asks and at a clean stop. (The mutex makes it `Sync`: only the engine task
+/// ever locks it.)
 pub struct JournalPersist(std::sync::Mutex<Journal>);
 
 impl JournalPersist {
@@ -44,8 +54,17 @@ impl Persist for JournalPersist {
         self.journal().snapshot(channel).map_err(|e| e.to_string())
     }
 
-    fn append(&mut self, now: Timestamp, input: &Input) -> Result<(), String> {
-        self.journal().append(now, input).map_err(|e| e.to_string())
+    fn append(
+        &mut self,
+        now: Timestamp,
+        input: &Input,
+        effects: &[Effect],
+        after: &Channel,
+    ) -> Result<(), String> {
+        let audit = mc_adapters::audit::audit_entries(now, input, effects, after);
+        self.journal()
+            .append(now, input, &audit)
+            .map_err(|e| e.to_string())
     }
 
     fn handled(&mut self, channel: &Channel) {
@@ -74,7 +93,7 @@ impl Persist for JournalPersist {
 pub struct NoPersist;
 
 impl Persist for NoPersist {
-    fn append(&mut self, _: Timestamp, _: &Input) -> Result<(), String> {
+    fn append(&mut self, _: Timestamp, _: &Input, _: &[Effect], _: &Channel) -> Result<(), String> {
         Ok(())
     }
 }
@@ -96,7 +115,13 @@ mod tests {
     }
 
     impl Persist for LogPersist {
-        fn append(&mut self, _: Timestamp, input: &Input) -> Result<(), String> {
+        fn append(
+            &mut self,
+            _: Timestamp,
+            input: &Input,
+            _: &[Effect],
+            _: &Channel,
+        ) -> Result<(), String> {
             let mut log = self.log.lock().unwrap();
             if self.refuse_from.is_some_and(|n| log.len() >= n) {
                 return Err("disk full".into());
@@ -191,6 +216,48 @@ mod tests {
         let (channel, recovery) = crate::journal::recover_channel(&mut journal, None).unwrap();
         assert_eq!(recovery.set_aside, 0);
         spawn(channel, wire, JournalPersist::new(journal), clock)
+    }
+
+    /// The audit trail of the store at `dir`, as `matrix-channel audit` prints it,
+    /// without the time and identity columns.
+    fn trail(dir: &TempDir) -> Vec<String> {
+        let mut out = Vec::new();
+        let filter = crate::audit::Filter::default();
+        crate::audit::print(&dir.0, &filter, crate::audit::Format::Lines, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        text.lines()
+            .map(|line| line.split("  ").nth(2).unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_and_its_verdict_reach_the_audit_trail_whose_chain_goes_on_after_a_crash() {
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("mc-journal-{}", rand::random::<u64>())));
+        let wire = Arc::new(FakeWire::default());
+        let (engine, task) = spawn(channel(), wire.clone(), journal_in(&dir), clock);
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$m1", "hi")).unwrap();
+        engine.submit(ask("s1", "abcde")).unwrap();
+        settle(&engine).await;
+        let (engine, _task) = crash_and_restart(&dir, task, wire).await;
+        engine.submit(attach("s1")).unwrap();
+        engine.submit(say("$yes", "yes abcde")).unwrap();
+        settle(&engine).await;
+        let trail = trail(&dir);
+        assert_eq!(
+            trail,
+            [
+                "permission request abcde from session s1: Bash `{}`",
+                "prompt for abcde of session s1 posted to !r:hs (post 1)",
+                "prompt for abcde of session s1 is message $prompt (post 1)",
+                // The second process's entries follow the first's.
+                "verdict allow for abcde (Bash `{}`) by @alice:hs via message $yes",
+                "verdict allow for abcde sent to session s1",
+            ]
+        );
+        let verified = crate::audit::verify(&dir.0, None).unwrap().unwrap();
+        assert_eq!(verified.entries, 5);
     }
 
     #[tokio::test(start_paused = true)]

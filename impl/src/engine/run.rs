@@ -1,8 +1,9 @@
 //! The engine task ([`spawn`]): its loop takes commands in order, hands the model a
-//! tick at its next deadline, makes each input durable before the model acts on it,
-//! and executes every effect the model returns in one exhaustive `match`
-//! (`Engine::execute`): notifications to their session's queue, Matrix sends to
-//! their room's lane, answers to the tool calls waiting for them.
+//! tick at its next deadline, makes each input durable (with its audit entries)
+//! before any of its effects is executed, and executes every effect the model
+//! returns in one exhaustive `match` (`Engine::execute`): notifications to their
+//! session's queue, Matrix sends to their room's lane, answers to the tool calls
+//! waiting for them.
 
 use super::persist::Persist;
 use super::queues::{Outbound, RoomLanes, SessionQueues};
@@ -179,16 +180,17 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         }
     }
 
-    /// Handles one input: makes it durable, hands it to the model, and hands its
-    /// effects on; none is awaited here (their outcomes come back as inputs through
-    /// the engine's queue).
+    /// Handles one input: hands it to the model, makes it durable with the step's
+    /// audit entries, and hands its effects on; none is awaited here (their outcomes
+    /// come back as inputs through the engine's queue).
     async fn step(&mut self, input: Input) {
         self.step_answering(input, |_| ()).await;
     }
 
     /// [`Engine::step`], returning what `answer` reads from the transition's effects
     /// before they are handed on (the model's own answer to a caller), or `None` when
-    /// the journal did not take the input (the engine stops; the model never saw it).
+    /// the journal did not take the input (the engine stops; none of its effects is
+    /// executed).
     async fn step_answering<T>(
         &mut self,
         input: Input,
@@ -202,7 +204,13 @@ impl<W: Wire, P: Persist> Engine<W, P> {
         }
         let now = (self.clock)();
         let started = std::time::Instant::now();
-        if let Err(e) = self.persist.append(now, &input) {
+        // The model takes the input by value; the journal records it after the step,
+        // with the step's audit entries, before any effect is executed.
+        let recorded = input.clone();
+        let handling = std::time::Instant::now();
+        let effects = self.channel.handle(now, input);
+        let handled = std::time::Instant::now();
+        if let Err(e) = self.persist.append(now, &recorded, &effects, &self.channel) {
             tracing::error!(
                 "the journal did not take an input ({e}): the engine stops, so that \
                  nothing is acted on that a restart would not know"
@@ -210,12 +218,9 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             self.stopped = true;
             return None;
         }
-        let appended = std::time::Instant::now();
-        let effects = self.channel.handle(now, input);
-        let handled = std::time::Instant::now();
         self.persist.handled(&self.channel);
         self.counters
-            .add(handled - appended, (appended - started) + handled.elapsed());
+            .add(handled - handling, (handling - started) + handled.elapsed());
         let answer = answer(&effects);
         for effect in effects {
             self.execute(effect);
