@@ -175,8 +175,11 @@ impl IdentityState {
             .permission_room
             .clone()
             .or_else(|| self.room_of(&session).cloned());
-        let covered = rule.is_none() && self.covering_grant(&session, &request, out.now).is_some();
-        if room.is_none() && !covered && !ruled {
+        let unasked = match &rule {
+            Some(_) => ruled,
+            None => self.covering_grant(&session, &request, out.now).is_some(),
+        };
+        if room.is_none() && !unasked {
             return out.drop(None, DropReason::NoPromptRoom);
         }
         if let Some(index) = self

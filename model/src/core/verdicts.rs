@@ -177,10 +177,11 @@ impl IdentityState {
             );
             return;
         }
+        // Only an allow carries a grant (`always`, `yes <id> 30m`).
         if let Some(ask) = &verdict.grant {
             match &self.prompts[target].rule {
                 // An `ask` rule's requests are asked every time.
-                Some(rule) if verdict.behavior == Behavior::Allow => self.grant_refused(
+                Some(rule) => self.grant_refused(
                     message,
                     crate::grant::GrantRefused::RuleAsks { rule: rule.number },
                     out,
@@ -388,11 +389,13 @@ impl IdentityState {
             .filter(|(_, v)| v.behavior == Behavior::Allow)
             .map(|(_, v)| v.voter.clone())
             .collect();
+        // (A deny decides at once, and a quorum of one at the first allow: the
+        // phase is then the decision's.)
         let (event_id, vote) = (event_id.clone(), vote.clone());
-        if vote.behavior == Behavior::Allow && prompt.quorum() > 1 {
-            prompt.phase = Phase::Pending {
-                message: message.clone(),
-            };
+        prompt.phase = Phase::Pending {
+            message: message.clone(),
+        };
+        if prompt.quorum() != 1 {
             for voter in allowed {
                 if voter != vote.voter && !prompt.approvals.contains(&voter) {
                     prompt.approvals.push(voter);

@@ -336,3 +336,58 @@ fn two_requests_a_rule_answers_while_a_verdict_is_in_flight_are_both_delivered()
     );
     assert!(w.state().prompts().is_empty());
 }
+
+#[test]
+fn a_single_thumbs_up_is_counted_once_and_the_same_approvers_text_and_reaction_are_one() {
+    let mut w = with_policy(day());
+    w.ask_with(S1, bash("abcde", "git push"));
+    let prompt = w.prompt_event("abcde");
+    w.say(ALICE, R1, "yes abcde");
+    w.mark();
+    w.react(ALICE, &prompt, THUMBS_UP);
+    w.react(ALICE, &prompt, THUMBS_UP_TONE);
+    w.advance(SETTLE);
+    w.drive();
+    assert_eq!(w.verdicts(S1), [], "one approver, however many ways");
+    assert!(
+        w.notices().iter().any(|(to, text)| *to == prompt
+            && text.starts_with(&format!("{ALICE} already allowed abcde: 1 of 2"))),
+        "{:?}",
+        w.notices()
+    );
+
+    let mut w = with_policy(day());
+    w.ask_with(S1, bash("abcde", "git push"));
+    let prompt = w.prompt_event("abcde");
+    w.mark();
+    w.react(BOB, &prompt, THUMBS_UP);
+    w.advance(SETTLE);
+    w.drive();
+    assert_eq!(
+        w.notices(),
+        [(
+            prompt,
+            format!("Counted for abcde: 1 of 2 approvals (rule 1), from {BOB}. 1 more approver must say yes; a no from any denies.")
+        )]
+    );
+}
+
+#[test]
+fn an_ask_rule_without_a_prompt_room_drops_the_request_and_leaves_the_other_prompts() {
+    let mut w = World::configured(|c| {
+        c.approvers = Some([UserId::from(ALICE), UserId::from(BOB)].into());
+        c.policy = day();
+        c.max_prompts = 1;
+    });
+    w.attach(S1);
+    w.as_identity(WORK, |w| w.attach(S2));
+    w.mark();
+    // No allowed sender wrote: no room for a prompt; the rule's deny needs none.
+    w.ask_with(S1, bash("abcde", "git push"));
+    assert!(
+        w.trace().iter().any(|l| l.contains("drop - NoPromptRoom")),
+        "{:?}",
+        w.trace()
+    );
+    assert!(w.state().prompts().is_empty());
+}
