@@ -1456,7 +1456,9 @@ impl Model for World {
                 ..state.used
             };
         }
-        if self.scope == Scope::Rooms {
+        // Rooms and Policy start alike: S1 attached, Ann's first message in `!r1:a`,
+        // and S1's `abcde` asked.
+        if matches!(self.scope, Scope::Rooms | Scope::Policy) {
             for action in [
                 Action::Attach(Sess::S1),
                 Action::Say {
@@ -1483,29 +1485,6 @@ impl Model for World {
             for action in [
                 Action::Attach(Sess::S1),
                 Action::Attach(Sess::S2),
-                Action::Say {
-                    ident: Ident::A,
-                    who: Who::Ann,
-                    room: 0,
-                    text: Text::Chat,
-                },
-                Action::Request(Sess::S1, Rid::R1),
-            ] {
-                // The prelude's actions are always enabled in the first states.
-                state = self.next_state(&state, action).expect("prelude");
-            }
-            state.used = Bounds {
-                events: 0,
-                messages: 0,
-                requests: 0,
-                toggles: 0,
-                steps: 0,
-                ..state.used
-            };
-        }
-        if self.scope == Scope::Policy {
-            for action in [
-                Action::Attach(Sess::S1),
                 Action::Say {
                     ident: Ident::A,
                     who: Who::Ann,
