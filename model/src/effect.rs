@@ -289,6 +289,10 @@ pub enum DropReason {
     ReplyNotToPrompt,
     /// A verdict for a prompt whose verdict is already being delivered.
     AlreadyAnswered,
+    /// A verdict or vote for a prompt withdrawn because the session that asked
+    /// disconnected (docs/decisions/0030-withdrawn-prompts.md): it counts for
+    /// nothing, and the approver is told.
+    PromptWithdrawn,
     /// A prompt's time to live ran out.
     PromptExpired,
     /// A prompt was evicted because the identity reached `max_prompts`.

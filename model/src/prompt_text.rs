@@ -166,6 +166,36 @@ pub fn render_ruled(request: &PermissionRequest, behavior: Behavior, rule: usize
     }
 }
 
+/// The edit of a prompt withdrawn because the session that asked disconnected
+/// (docs/decisions/0030-withdrawn-prompts.md): `⏸ Withdrawn: permission request
+/// abcde (Bash) from api (session 5f0c2d9e). …` (a session without a label is not
+/// named, as in [`render_asked`]), then why an answer counts for nothing and when
+/// it opens again, in plain text and HTML.
+pub fn render_withdrawn(request: &PermissionRequest, asker: Asker<'_>) -> PromptText {
+    let id = request.request_id.as_str();
+    let tool = clipped(&request.tool_name, TOOL_NAME_CHARS);
+    let who = Some(asker)
+        .filter(|asker| asker.label.is_some())
+        .map(|asker| asker.name());
+    let from_plain = who
+        .as_ref()
+        .map(|who| format!(" from {who}"))
+        .unwrap_or_default();
+    let from_html = who
+        .as_ref()
+        .map(|who| format!(" from <b>{}</b>", html(who)))
+        .unwrap_or_default();
+    let why = "The session that asked disconnected, so an answer here counts for nothing. \
+               This prompt opens again if the session connects again.";
+    PromptText {
+        plain: format!("⏸ Withdrawn: permission request {id} ({tool}){from_plain}. {why}"),
+        html: format!(
+            "<p>⏸ Withdrawn: permission request <code>{id}</code> (<b>{}</b>){from_html}.</p><p>{why}</p>",
+            html(&tool)
+        ),
+    }
+}
+
 /// What a prompt ended as, for its edit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PromptOutcome<'a> {

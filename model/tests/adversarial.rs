@@ -806,16 +806,31 @@ fn a_verdict_send_in_flight_never_retires_the_prompt_reissued_under_its_id() {
 }
 
 #[test]
-fn a_verdict_for_a_detached_session_waits_and_goes_to_it_alone_when_it_returns() {
+fn a_detached_sessions_prompt_is_withdrawn_until_it_returns_and_then_answered_for_it_alone() {
     let mut c = channel();
     with_pending(&mut c, "s1", "abcde", "$p");
     c.handle(T0, attach("s2"));
-    c.handle(T0, detach("s1"));
+    let effects = c.handle(T0, detach("s1"));
+    let shown = edits(&effects);
+    assert_eq!(shown.len(), 1, "{effects:?}");
+    assert_eq!(shown[0].0, "$p");
+    assert!(shown[0].1.starts_with("⏸ Withdrawn: permission request abcde"));
+    assert!(matches!(phase_of(&c, "$p"), Some(Phase::Withdrawn { .. })));
     let effects = c.handle(T0, msg(R1, "$v", BOSS, "n abcde"));
-    assert!(verdicts(&effects).is_empty());
+    assert!(decided(&effects).is_empty());
+    assert_eq!(drops(&effects), [DropReason::PromptWithdrawn]);
+    let effects = c.handle(T0, react("$r", BOSS, "$p", UP));
+    assert_eq!(drops(&effects), [DropReason::PromptWithdrawn]);
+    let effects = c.handle(T0 + 10_000, Input::Tick);
+    assert!(decided(&effects).is_empty(), "a withdrawn vote never settles");
     let effects = c.handle(T0, attach("s2"));
-    assert!(verdicts(&effects).is_empty());
-    let effects = c.handle(T0, attach("s1"));
+    assert!(edits(&effects).is_empty());
+    let effects = c.handle(T0 + 10_000, attach("s1"));
+    let shown = edits(&effects);
+    assert_eq!(shown.len(), 1);
+    assert!(shown[0].1.starts_with("🔐 Permission request abcde"));
+    assert!(matches!(phase_of(&c, "$p"), Some(Phase::Pending { .. })));
+    let effects = c.handle(T0 + 10_000, msg(R1, "$v2", BOSS, "n abcde"));
     let v = verdicts(&effects);
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].1, "s1");

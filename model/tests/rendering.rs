@@ -407,13 +407,20 @@ fn short_scenario() -> Channel {
     w.ask(S1, "abcde");
     let prompt = w.prompt_event("abcde");
     w.ask(S2, "qwert");
+    w.ask(S2, "zxcvb");
     w.react(ALICE, &prompt, THUMBS_UP);
     w.say(BOB, R1, "yes abcde");
-    w.detach(S2);
+    // The verdict's send fails: qwert stays decided, for S2 when it returns.
+    w.fail_next(Kind::Verdict);
     w.say(ALICE, R1, "no qwert");
+    // S2's stream closes: zxcvb is withdrawn.
+    w.detach(S2);
     w.hold(Kind::Push);
     w.say(BOB, R2, "in flight");
-    w.detach(S1);
+    w.unhold(Kind::Push);
+    // A push to S1 fails: S1 is gone, abcde still settles, and what follows waits.
+    w.fail_next(Kind::Push);
+    w.say(ALICE, R2, "lost on the way");
     w.say(ALICE, R2, "queued");
     w.channel.clone()
 }

@@ -126,7 +126,7 @@ fn there_are_at_least_fifteen_invariants_and_each_has_a_witness() {
 /// The last column is the counterexample's last action as the world prints it
 /// (`Debug`): the step at which the fault shows, so a search that finds some other
 /// path to the property fails.
-const FAULTS: [(&str, Fault, Scope, &str); 44] = [
+const FAULTS: [(&str, Fault, Scope, &str); 46] = [
     (
         names::STRANGER_VERDICT,
         Fault::StrangerAllowed,
@@ -391,6 +391,18 @@ const FAULTS: [(&str, Fault, Scope, &str); 44] = [
         Scope::Policy,
         "Request(S1, R2)",
     ),
+    (
+        names::WITHDRAWN_ANSWERED,
+        Fault::SilentDetach,
+        Scope::Prompts,
+        "ReplyYes { prompt: 0 }",
+    ),
+    (
+        names::WITHDRAWAL_HIDDEN,
+        Fault::SilentDetach,
+        Scope::Prompts,
+        "Detach(S1)",
+    ),
 ];
 
 fn assert_fault_found(name: &'static str, fault: Fault, scope: Scope, last_action: &str) {
@@ -473,4 +485,6 @@ fault_tests! {
     a_stream_reported_closed_before_each_request_ends_the_grants_that_cover_it => 41;
     a_rule_that_asks_one_approver_where_two_were_meant_lets_one_yes_allow => 42;
     a_deny_rule_that_never_reaches_the_core_lets_its_request_be_prompted => 43;
+    a_stream_close_the_core_is_not_told_of_lets_an_answer_reach_a_withdrawn_prompt => 44;
+    a_stream_close_the_core_is_not_told_of_leaves_its_prompts_shown_as_open => 45;
 }

@@ -366,7 +366,10 @@ impl Phase {
             Phase::Decided { decision, .. } | Phase::Delivering { decision, .. } => {
                 decision.via.is_auto()
             }
-            Phase::Posting { .. } | Phase::Pending { .. } | Phase::Settling { .. } => false,
+            Phase::Posting { .. }
+            | Phase::Pending { .. }
+            | Phase::Settling { .. }
+            | Phase::Withdrawn { .. } => false,
         }
     }
 }

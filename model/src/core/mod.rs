@@ -34,6 +34,7 @@ mod timers;
 mod typing;
 mod undecryptable;
 mod verdicts;
+mod withdrawal;
 mod writes;
 
 pub use bindings::Binding;
@@ -217,7 +218,9 @@ impl Channel {
             .flat_map(|state| state.prompts.iter())
             .filter_map(|prompt| match &prompt.phase {
                 Phase::Settling { until, .. } => Some((*until).min(prompt.expires_at)),
-                Phase::Posting { .. } | Phase::Pending { .. } => Some(prompt.expires_at),
+                Phase::Posting { .. } | Phase::Pending { .. } | Phase::Withdrawn { .. } => {
+                    Some(prompt.expires_at)
+                }
                 Phase::Decided { .. } | Phase::Delivering { .. } => None,
             });
         let parked = self

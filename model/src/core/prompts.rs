@@ -60,6 +60,13 @@ pub enum Phase {
         until: Timestamp,
         votes: Vec<(EventId, Vote)>,
     },
+    /// Posted as `message`, unanswered, and withdrawn: the session that asked
+    /// disconnected (`Input::Detach`: its stream closed), or it was not attached
+    /// when the post completed. Not answerable: a verdict or vote for it gets a
+    /// notice ([`DropReason::PromptWithdrawn`]). It is `Pending` again when the
+    /// session attaches, and expires at its time like a pending prompt
+    /// (docs/decisions/0030-withdrawn-prompts.md).
+    Withdrawn { message: EventId },
     /// Answered; waiting for the owner session to be live.
     Decided {
         message: EventId,
@@ -80,6 +87,7 @@ impl Phase {
             Phase::Posting { .. } => None,
             Phase::Pending { message }
             | Phase::Settling { message, .. }
+            | Phase::Withdrawn { message }
             | Phase::Decided { message, .. }
             | Phase::Delivering { message, .. } => Some(message),
         }
@@ -88,6 +96,12 @@ impl Phase {
     /// Whether an approver can still answer.
     pub fn is_answerable(&self) -> bool {
         matches!(self, Phase::Pending { .. } | Phase::Settling { .. })
+    }
+
+    /// Whether nobody answered it yet: being posted, pending, settling or
+    /// withdrawn. Such a prompt expires at its time and is evicted first at the cap.
+    pub fn is_unanswered(&self) -> bool {
+        self.is_answerable() || matches!(self, Phase::Posting { .. } | Phase::Withdrawn { .. })
     }
 }
 
@@ -197,7 +211,7 @@ impl IdentityState {
             let oldest = self
                 .prompts
                 .iter()
-                .position(|p| p.phase.is_answerable() || matches!(p.phase, Phase::Posting { .. }))
+                .position(|p| p.phase.is_unanswered())
                 .unwrap_or(0);
             self.retire(oldest, DropReason::PromptEvicted, out);
         }
@@ -267,6 +281,7 @@ impl IdentityState {
             _ if prompt.phase.is_auto() => {}
             Phase::Pending { message }
             | Phase::Settling { message, .. }
+            | Phase::Withdrawn { message }
             | Phase::Decided { message, .. }
             | Phase::Delivering { message, .. } => {
                 self.remember_prompt(message.clone());
@@ -298,6 +313,10 @@ impl IdentityState {
         match (current, outcome) {
             (Some(index), Outcome::Posted { event_id }) => {
                 self.prompts[index].phase = Phase::Pending { message: event_id };
+                // The session disconnected while its prompt was being posted.
+                if !self.is_attached(&self.prompts[index].session) {
+                    self.withdraw(index, out);
+                }
             }
             (Some(index), Outcome::Sent | Outcome::Created { .. } | Outcome::Failed { .. }) => {
                 self.prompts.remove(index);

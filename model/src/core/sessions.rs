@@ -86,6 +86,7 @@ impl IdentityState {
     pub(super) fn attach(&mut self, session: SessionId, out: &mut Out<'_>) {
         self.attaches += 1;
         self.generations.insert(session.clone(), self.attaches);
+        self.reopen_prompts(&session, out);
         if self.config.attach_grace_ms == 0 {
             return self.become_live(session, out);
         }
@@ -160,6 +161,7 @@ impl IdentityState {
         if self.sessions.contains_key(session) {
             self.set_detached(session, out);
             self.end_session_grants(session, out);
+            self.withdraw_prompts(session, out);
         } else {
             out.drop(None, DropReason::UnknownSession);
         }

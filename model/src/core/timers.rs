@@ -19,8 +19,7 @@ impl IdentityState {
             self.settle(serial, out);
         }
         while let Some(index) = self.prompts.iter().position(|p| {
-            p.expires_at <= now
-                && (p.phase.is_answerable() || matches!(p.phase, Phase::Posting { .. }))
+            p.expires_at <= now && p.phase.is_unanswered()
         }) {
             self.retire(index, DropReason::PromptExpired, out);
         }

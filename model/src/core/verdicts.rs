@@ -42,6 +42,10 @@ impl IdentityState {
                 };
             }
             Phase::Settling { votes, .. } => votes.push((reaction, vote)),
+            Phase::Withdrawn { message } => {
+                let (room, message) = (prompt.room.clone(), message.clone());
+                self.withdrawn_answered(index, &room, &message, &reaction, out)
+            }
             Phase::Posting { .. } | Phase::Decided { .. } | Phase::Delivering { .. } => {
                 out.drop(Some(&reaction), DropReason::AlreadyAnswered)
             }
@@ -145,6 +149,15 @@ impl IdentityState {
                 return out.drop(Some(&message.event_id), DropReason::AmbiguousRequest);
             }
         };
+        if let Phase::Withdrawn { .. } = self.prompts[target].phase {
+            return self.withdrawn_answered(
+                target,
+                &message.room,
+                &message.event_id,
+                &message.event_id,
+                out,
+            );
+        }
         if !self.prompts[target].phase.is_answerable() {
             return self.already_answered(message, id, out);
         }

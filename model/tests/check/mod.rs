@@ -413,6 +413,8 @@ pub enum Fault {
     QuorumOfOne,
     /// The operator's deny rule never reaches the core.
     NoDenyRule,
+    /// The server never tells the core that a session's stream closed.
+    SilentDetach,
 }
 
 /// What the world knows of one label of identity A (`web` of S1, `api` of S2).
@@ -663,23 +665,32 @@ impl Scope {
             // 278,842 until each attach's first push was briefed (the security
             // pointer) and a restart detached every session before it gave held
             // pushes back: the sessions not yet briefed tell more states apart.
-            Scope::Delivery => 279_476,
+            // 279,476 until the world recorded which sessions' streams it closed
+            // (withdrawn prompts): a closed stream is told apart from a lost one.
+            Scope::Delivery => 279_634,
             // 590,051 until A's agent's writes were judged against B's prompts too
             // (identities are isolated): more states tell a refusal apart.
             // 590,564 until Ann's verdicts from a device she has not cross-signed
             // (a text and a reaction, noise of this scope only) came.
             // 739,758 until the briefed first push of each attach (as above).
-            Scope::Prompts => 741_043,
+            // 741,043 until a closed session's prompts were withdrawn (refusing
+            // answers until it attaches again) and the world recorded the closing.
+            Scope::Prompts => 745_244,
             // 80,412 until the briefed first push of each attach (as above).
-            Scope::Rooms => 80_620,
+            // 80,620 until withdrawn prompts (as above).
+            Scope::Rooms => 86_359,
             // New with session rooms (issue 26). 119,163 until typing stopped in a
             // room that stopped being its sessions' room (Ann's `bind web`).
-            Scope::Sessions => 117_596,
+            // 117,596 until withdrawn prompts (as above).
+            Scope::Sessions => 119_704,
             // New with grants (issue 27). 107,308 until a grant was refused for a
             // session that is not connected and on a subject partly hidden.
-            Scope::Grants => 108_397,
-            // New with the operator's policy (issue 27).
-            Scope::Policy => 392_927,
+            // 108,397 until withdrawn prompts (as above).
+            Scope::Grants => 111_331,
+            // New with the operator's policy (issue 27). 392,927 until withdrawn
+            // prompts (as above): a withdrawn prompt keeps the approvals counted
+            // before, so more quorum states are told apart.
+            Scope::Policy => 535_740,
         }
     }
 }
@@ -796,6 +807,9 @@ pub struct State {
     pub held: BTreeMap<EffectId, usize>,
     last_allowed_room: Option<RoomId>,
     attached: BTreeSet<Sess>,
+    /// Sessions whose stream the world closed (`Detach`) and that have not attached
+    /// since: their prompts are withdrawn (a lost send or a restart closes none).
+    closed: BTreeSet<Sess>,
     push_failure_armed: bool,
     /// The operator's settings for A are the second ones: Carl approves, Ann does not.
     pub swapped: bool,
@@ -996,6 +1010,8 @@ mod bad {
     pub const GRANT_IGNORED: u64 = 1 << 38;
     pub const POLICY_QUORUM: u64 = 1 << 39;
     pub const POLICY_DENY: u64 = 1 << 40;
+    pub const WITHDRAWN_ANSWERED: u64 = 1 << 41;
+    pub const WITHDRAWAL_HIDDEN: u64 = 1 << 42;
 }
 
 /// Bits of [`State::seen`].
@@ -1040,6 +1056,8 @@ mod seen {
     pub const UNCOVERED_ASKED: u64 = 1 << 41;
     pub const QUORUM_MET: u64 = 1 << 42;
     pub const DENIED_BY_RULE: u64 = 1 << 43;
+    pub const WITHDRAWN_REFUSED: u64 = 1 << 45;
+    pub const REOPENED: u64 = 1 << 46;
     /// Not a witness: the step's agent write was refused.
     pub const WRITE_REFUSED: u64 = 1 << 31;
     /// Not a witness: the step left no trace, so its state is the last one but for
@@ -1426,6 +1444,7 @@ impl Model for World {
             joins: BTreeMap::new(),
             posts: BTreeMap::new(),
             away: BTreeSet::new(),
+            closed: BTreeSet::new(),
             resend: BTreeSet::new(),
             grants: Vec::new(),
             allowed_by: BTreeSet::new(),
@@ -1819,6 +1838,7 @@ impl Model for World {
             Action::Attach(sess) => {
                 s.used.toggles += 1;
                 s.attached.insert(sess);
+                s.closed.remove(&sess);
                 if s.away.remove(&sess) {
                     step.back = Some(sess);
                 }
@@ -1840,17 +1860,20 @@ impl Model for World {
             Action::Detach(sess) => {
                 s.used.toggles += 1;
                 s.attached.remove(&sess);
+                s.closed.insert(sess);
                 // Its grants end with its stream.
                 for grant in s.grants.iter_mut().filter(|g| g.sess == sess) {
                     grant.live = false;
                 }
-                inputs.push_back((
-                    Some(sess.ident()),
-                    Input::Detach {
-                        identity: sess.ident().id(),
-                        session: sess.id(),
-                    },
-                ));
+                if !self.has(Fault::SilentDetach) {
+                    inputs.push_back((
+                        Some(sess.ident()),
+                        Input::Detach {
+                            identity: sess.ident().id(),
+                            session: sess.id(),
+                        },
+                    ));
+                }
             }
             Action::Request(sess, rid) => {
                 step.asker = Some(sess);
@@ -2404,6 +2427,7 @@ impl Model for World {
         }
         check_rooms(self, &action, &step, &mut s);
         check_grants(self, &action, &step, &mut s);
+        check_withdrawal(last, &action, &step, &mut s);
         if self.scope == Scope::Policy {
             check_policy(self, &action, &step, &mut s);
         }
@@ -2807,10 +2831,26 @@ fn monitor(
                 step.decided
                     .push((session.clone(), request_id.clone(), decision.via.clone()));
                 step.behaviors.push(decision.behavior);
+                let answered = matches!(
+                    decision.via,
+                    VerdictSource::Text { .. } | VerdictSource::Reaction { .. }
+                );
+                if answered && s.closed.iter().any(|sess| sess.id() == session) {
+                    s.bad |= bad::WITHDRAWN_ANSWERED;
+                }
                 check_decision(world, s, &identity, &session, &request_id, &decision, at);
                 if world.scope == Scope::Sessions {
                     check_verdict_room(s, &session, &request_id, &decision);
                 }
+            }
+            Effect::EditPrompt { event_id, text, .. } if text.plain.starts_with("⏸ Withdrawn") => {
+                // Its session disconnected: the request stays open, unanswerable.
+                step.withdrawn.push(event_id);
+            }
+            Effect::EditPrompt { event_id, text, .. } if text.plain.starts_with("🔐") => {
+                // Its session attached again: the prompt shows as asked.
+                s.seen |= seen::REOPENED;
+                step.reopened.push(event_id);
             }
             Effect::EditPrompt { event_id, text, .. } => {
                 // The message now shows an outcome: its request is no longer open.
@@ -2836,6 +2876,10 @@ fn monitor(
             } => match reason {
                 DropReason::OwnEvent | DropReason::Notice => s.seen |= seen::OWN_DROPPED,
                 DropReason::PromptEvicted => s.seen |= seen::EVICTED,
+                DropReason::PromptWithdrawn => {
+                    s.seen |= seen::WITHDRAWN_REFUSED;
+                    step.withdrawn_refused = true;
+                }
                 DropReason::ReplyNotToPrompt
                     if event_id.as_ref().map(EventId::as_str) == Some(ANN_YES_TO_AGENT) =>
                 {
@@ -2993,6 +3037,12 @@ struct Step {
     behaviors: Vec<Behavior>,
     /// The step posted a prompt.
     prompted: bool,
+    /// The step's answer was refused: its prompt is withdrawn.
+    withdrawn_refused: bool,
+    /// Prompt messages edited to show them withdrawn.
+    withdrawn: Vec<EventId>,
+    /// Prompt messages edited to show them asked again.
+    reopened: Vec<EventId>,
 }
 
 /// A prompt post completed: the world records the prompt (if the core still holds
@@ -3310,6 +3360,38 @@ fn check_decision(
     }
 }
 
+/// After a step that closed a session's stream: each of its prompts that waited
+/// for an answer before the step is shown withdrawn in the step. After a step that
+/// attached a session: each of its withdrawn prompts is shown as asked again.
+fn check_withdrawal(last: &State, action: &Action, step: &Step, s: &mut State) {
+    let (sess, closing) = match action {
+        Action::Detach(sess) => (*sess, true),
+        Action::Attach(sess) => (*sess, false),
+        _ => return,
+    };
+    let Some(before) = last.channel.identity(&sess.ident().id()) else {
+        return;
+    };
+    let shown = if closing {
+        &step.withdrawn
+    } else {
+        &step.reopened
+    };
+    let hidden = before
+        .prompts()
+        .iter()
+        .filter(|p| p.session == sess.id())
+        .filter(|p| match closing {
+            true => p.phase.is_answerable(),
+            false => matches!(p.phase, Phase::Withdrawn { .. }),
+        })
+        .filter_map(|p| p.phase.message())
+        .any(|message| !shown.contains(message));
+    if hidden {
+        s.bad |= bad::WITHDRAWAL_HIDDEN;
+    }
+}
+
 /// After a step of [`Scope::Policy`]: `abcde` (`git push`, rule 1) is allowed only
 /// once two distinct approvers allowed it since it was last asked and none denied
 /// it; `fghij` (`rm -rf x`, rule 2) is never allowed, and is denied by the rule in
@@ -3320,7 +3402,8 @@ fn check_policy(world: &World, action: &Action, step: &Step, s: &mut State) {
         s.denied_by_one = false;
     }
     if let Some((who, text, _)) = &step.said {
-        if world.gate(s, Ident::A, *who) == Gate::Approver {
+        // An answer to a withdrawn prompt counts for nothing.
+        if world.gate(s, Ident::A, *who) == Gate::Approver && !step.withdrawn_refused {
             match text {
                 Text::Yes(Rid::R1) | Text::Always(Rid::R1) => {
                     s.allowed_by.insert(*who);
@@ -3710,6 +3793,8 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "both identities hold prompts at once",
             "an agent's write to a prompt is refused",
             "an agent's text naming an open request id is refused",
+            "an answer to a withdrawn prompt is refused",
+            "a withdrawn prompt opens again when its session attaches",
             "an agent's write to an ordinary message is performed",
             "a verdict replying to the agent's message answers nothing",
             "a yes is taken at once after the denier stopped being an approver",
@@ -3733,6 +3818,8 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a prompt post in flight at a restart is issued again",
             "a verdict in flight at a restart is sent again",
             "a session live before a restart gets what waited when it attaches again",
+            "an answer to a withdrawn prompt is refused",
+            "a withdrawn prompt opens again when its session attaches",
         ],
         Scope::Sessions => &[
             "an allowed sender's message is pushed",
@@ -3751,6 +3838,8 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a room an approver bound reaches its label's session",
             "a label's room reaches its session after a restart",
             "typing stops",
+            "an answer to a withdrawn prompt is refused",
+            "a withdrawn prompt opens again when its session attaches",
         ],
         Scope::Grants => &[
             "an approver's verdict reaches the session that asked",
@@ -3763,6 +3852,8 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "an approver's answer makes a grant",
             "a request a grant covers is allowed without a prompt",
             "a request of a session with grants that none covers is asked",
+            "an answer to a withdrawn prompt is refused",
+            "a withdrawn prompt opens again when its session attaches",
         ],
         Scope::Policy => &[
             "an approver's verdict reaches the session that asked",
@@ -3772,6 +3863,8 @@ pub fn witnesses(scope: Scope) -> BTreeSet<&'static str> {
             "a prompt expires",
             "a request a rule asks two approvers for is allowed by two",
             "a request a rule denies is denied unasked",
+            "an answer to a withdrawn prompt is refused",
+            "a withdrawn prompt opens again when its session attaches",
         ],
     };
     shared.iter().chain(own).copied().collect()
@@ -3842,6 +3935,10 @@ pub mod names {
         after two distinct approvers allowed it and none denied it";
     pub const POLICY_DENY: &str = "a request a deny rule matches is never allowed, and is denied \
         at once without a prompt";
+    pub const WITHDRAWN_ANSWERED: &str = "no answer is taken for a prompt whose session's stream \
+        closed, until the session attaches again";
+    pub const WITHDRAWAL_HIDDEN: &str = "a prompt waiting for an answer is shown withdrawn when its \
+        session's stream closes, and shown as asked again when the session attaches";
 }
 
 fn settings_unchanged(world: &World, s: &State) -> bool {
@@ -4068,6 +4165,16 @@ fn properties() -> Vec<Property<World>> {
         witness!(
             "a request a rule denies is denied unasked",
             seen::DENIED_BY_RULE
+        ),
+        never!(WITHDRAWN_ANSWERED, bad::WITHDRAWN_ANSWERED),
+        witness!(
+            "an answer to a withdrawn prompt is refused",
+            seen::WITHDRAWN_REFUSED
+        ),
+        never!(WITHDRAWAL_HIDDEN, bad::WITHDRAWAL_HIDDEN),
+        witness!(
+            "a withdrawn prompt opens again when its session attaches",
+            seen::REOPENED
         ),
     ]
 }

@@ -852,6 +852,7 @@ impl World {
                     mc_model::Phase::Posting { .. } => "posting",
                     mc_model::Phase::Pending { .. } => "pending",
                     mc_model::Phase::Settling { .. } => "settling",
+                    mc_model::Phase::Withdrawn { .. } => "withdrawn",
                     mc_model::Phase::Decided { .. } => "decided",
                     mc_model::Phase::Delivering { .. } => "delivering",
                 };

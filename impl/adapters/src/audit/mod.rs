@@ -494,6 +494,7 @@ fn drop_is(reason: &DropReason) -> DropIs {
         DropReason::AmbiguousRequest => DropIs::VerdictRefused("ambiguous_request"),
         DropReason::ReplyNotToPrompt => DropIs::VerdictRefused("reply_not_to_prompt"),
         DropReason::AlreadyAnswered => DropIs::VerdictRefused("already_answered"),
+        DropReason::PromptWithdrawn => DropIs::VerdictRefused("prompt_withdrawn"),
         // The input's own entry (`request_invalid`) tells it.
         DropReason::InvalidPermissionRequest
         | DropReason::OwnEvent

@@ -701,6 +701,7 @@ fn every_reason_a_verdict_is_refused_has_its_name() {
         (DropReason::AmbiguousRequest, "ambiguous_request"),
         (DropReason::ReplyNotToPrompt, "reply_not_to_prompt"),
         (DropReason::AlreadyAnswered, "already_answered"),
+        (DropReason::PromptWithdrawn, "prompt_withdrawn"),
     ] {
         let effects = [Effect::Dropped {
             identity: Some(bot()),
