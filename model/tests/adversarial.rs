@@ -814,7 +814,9 @@ fn a_detached_sessions_prompt_is_withdrawn_until_it_returns_and_then_answered_fo
     let shown = edits(&effects);
     assert_eq!(shown.len(), 1, "{effects:?}");
     assert_eq!(shown[0].0, "$p");
-    assert!(shown[0].1.starts_with("⏸ Withdrawn: permission request abcde"));
+    assert!(shown[0]
+        .1
+        .starts_with("⏸ Withdrawn: permission request abcde"));
     assert!(matches!(phase_of(&c, "$p"), Some(Phase::Withdrawn { .. })));
     let effects = c.handle(T0, msg(R1, "$v", BOSS, "n abcde"));
     assert!(decided(&effects).is_empty());
@@ -822,7 +824,10 @@ fn a_detached_sessions_prompt_is_withdrawn_until_it_returns_and_then_answered_fo
     let effects = c.handle(T0, react("$r", BOSS, "$p", UP));
     assert_eq!(drops(&effects), [DropReason::PromptWithdrawn]);
     let effects = c.handle(T0 + 10_000, Input::Tick);
-    assert!(decided(&effects).is_empty(), "a withdrawn vote never settles");
+    assert!(
+        decided(&effects).is_empty(),
+        "a withdrawn vote never settles"
+    );
     let effects = c.handle(T0, attach("s2"));
     assert!(edits(&effects).is_empty());
     let effects = c.handle(T0 + 10_000, attach("s1"));

@@ -45,3 +45,5 @@ mod rooms;
 mod undecryptable;
 #[path = "scenarios/verdicts.rs"]
 mod verdicts;
+#[path = "scenarios/withdrawal.rs"]
+mod withdrawal;

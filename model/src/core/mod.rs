@@ -92,6 +92,10 @@ enum InFlight {
         /// Set when the prompt is retired while still being posted: what the posted
         /// message then shows.
         retired: Option<PromptText>,
+        /// Set when the session's stream closed while the prompt was being posted:
+        /// it is withdrawn when posted, unless the session attached again.
+        #[serde(default)]
+        withdrawn: bool,
     },
     CreateRoom {
         identity: IdentityId,
@@ -466,11 +470,12 @@ impl Channel {
                 room,
                 request,
                 retired,
+                withdrawn,
                 ..
             } => {
                 let shown =
                     retired.unwrap_or_else(|| render_outcome(&request, PromptOutcome::Expired));
-                state.post_completed(id, room, shown, outcome, &mut out)
+                state.post_completed(id, room, shown, withdrawn, outcome, &mut out)
             }
             InFlight::CreateRoom { label, .. } => state.room_created(id, label, outcome, &mut out),
             // The tool call is answered from the outcome by the server; the core

@@ -239,6 +239,7 @@ impl IdentityState {
                 request: request.clone(),
                 text: Some(text.clone()),
                 retired: None,
+                withdrawn: false,
             },
         );
         out.effects.push(Effect::PostPrompt {
@@ -298,11 +299,13 @@ impl IdentityState {
 
     /// A prompt post ended. The post's effect id names the prompt (ids are never
     /// reused), so a re-issued prompt is never mistaken for the one posted.
+    /// `withdrawn`: the session's stream closed while it was being posted.
     pub(super) fn post_completed(
         &mut self,
         id: EffectId,
         room: RoomId,
         shown: PromptText,
+        withdrawn: bool,
         outcome: Outcome,
         out: &mut Out<'_>,
     ) {
@@ -313,8 +316,9 @@ impl IdentityState {
         match (current, outcome) {
             (Some(index), Outcome::Posted { event_id }) => {
                 self.prompts[index].phase = Phase::Pending { message: event_id };
-                // The session disconnected while its prompt was being posted.
-                if !self.is_attached(&self.prompts[index].session) {
+                // The session's stream closed while its prompt was being posted,
+                // and it has not attached again.
+                if withdrawn && !self.is_attached(&self.prompts[index].session) {
                     self.withdraw(index, out);
                 }
             }

@@ -18,9 +18,11 @@ impl IdentityState {
         for serial in settled {
             self.settle(serial, out);
         }
-        while let Some(index) = self.prompts.iter().position(|p| {
-            p.expires_at <= now && p.phase.is_unanswered()
-        }) {
+        while let Some(index) = self
+            .prompts
+            .iter()
+            .position(|p| p.expires_at <= now && p.phase.is_unanswered())
+        {
             self.retire(index, DropReason::PromptExpired, out);
         }
         self.fire_undecryptable(out);

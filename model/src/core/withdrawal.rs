@@ -10,7 +10,7 @@
 
 use super::identity::IdentityState;
 use super::prompts::Phase;
-use super::Out;
+use super::{InFlight, Out};
 use crate::effect::{DropReason, Effect};
 use crate::ids::{EventId, RoomId, SessionId};
 use crate::prompt_text::{render_asked, render_withdrawn, Asker};
@@ -25,6 +25,11 @@ impl IdentityState {
             .filter(|&i| self.prompts[i].session == *session)
             .collect();
         for index in mine {
+            if let Phase::Posting { post } = &self.prompts[index].phase {
+                if let Some(InFlight::Post { withdrawn, .. }) = out.in_flight.get_mut(post) {
+                    *withdrawn = true;
+                }
+            }
             self.withdraw(index, out);
         }
     }

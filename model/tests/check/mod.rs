@@ -678,7 +678,7 @@ impl Scope {
             Scope::Prompts => 745_244,
             // 80,412 until the briefed first push of each attach (as above).
             // 80,620 until withdrawn prompts (as above).
-            Scope::Rooms => 86_359,
+            Scope::Rooms => 86_483,
             // New with session rooms (issue 26). 119,163 until typing stopped in a
             // room that stopped being its sessions' room (Ann's `bind web`).
             // 117,596 until withdrawn prompts (as above).
@@ -3937,7 +3937,8 @@ pub mod names {
         at once without a prompt";
     pub const WITHDRAWN_ANSWERED: &str = "no answer is taken for a prompt whose session's stream \
         closed, until the session attaches again";
-    pub const WITHDRAWAL_HIDDEN: &str = "a prompt waiting for an answer is shown withdrawn when its \
+    pub const WITHDRAWAL_HIDDEN: &str =
+        "a prompt waiting for an answer is shown withdrawn when its \
         session's stream closes, and shown as asked again when the session attaches";
 }
 

@@ -218,7 +218,9 @@ fn no_write_may_touch_a_prompt_whose_votes_are_settling() {
 fn no_write_may_touch_a_prompt_answered_while_its_session_is_away() {
     let mut w = World::new();
     let prompt = w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     assert_eq!(w.phases(), ["s1 abcde decided"]);
 
@@ -591,7 +593,9 @@ fn the_id_named_is_the_one_reported_among_several_open_ones() {
 fn the_id_of_a_prompt_still_being_posted_or_already_answered_is_open() {
     let mut w = World::new();
     w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     w.attach(S2);
     w.hold(Kind::Post);

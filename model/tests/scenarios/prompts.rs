@@ -268,7 +268,9 @@ fn the_prompt_time_to_live_is_configurable() {
 fn a_decided_prompt_waiting_for_its_owner_never_expires() {
     let mut w = World::new();
     let prompt = w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     w.mark();
 
@@ -788,7 +790,9 @@ fn at_the_cap_an_unanswered_prompt_goes_before_an_answered_one() {
     let answered = w.pending_prompt("aaaaa");
     w.ask(S1, "bbbbb");
     let open = w.prompt_event("bbbbb");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes aaaaa");
     w.attach(S2);
     w.mark();
@@ -813,7 +817,9 @@ fn at_the_cap_with_every_prompt_answered_the_oldest_goes() {
     let mut w = World::configured(|c| c.max_prompts = 2);
     let first = w.pending_prompt("aaaaa");
     w.ask(S1, "bbbbb");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes aaaaa");
     w.say(ALICE, R1, "no bbbbb");
     w.attach(S2);

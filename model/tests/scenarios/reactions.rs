@@ -364,7 +364,9 @@ fn another_reaction_on_the_prompt_is_pushed_as_chat() {
 fn a_vote_on_an_answered_prompt_is_already_answered() {
     let mut w = World::new();
     let prompt = w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     w.mark();
 

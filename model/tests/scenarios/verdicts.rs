@@ -230,7 +230,9 @@ fn a_second_yes_while_the_verdict_is_being_sent_is_already_answered() {
 fn a_second_yes_while_the_owner_is_away_is_already_answered() {
     let mut w = World::new();
     w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     w.mark();
 
@@ -535,7 +537,9 @@ fn a_yes_replying_to_a_message_with_no_such_prompt_anywhere_answers_nothing_and_
 fn a_misdirected_reply_points_nowhere_while_the_prompt_is_already_answered() {
     let mut w = World::new();
     w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     let hello = w.say(BOB, R1, "hello");
     w.mark();
@@ -602,7 +606,9 @@ fn a_misdirected_reply_points_nowhere_when_the_prompt_is_in_another_room() {
 fn a_misdirected_reply_points_to_the_one_answerable_prompt_past_an_answered_one() {
     let mut w = World::new();
     w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     w.attach(S2);
     w.ask(S2, "abcde");
@@ -646,7 +652,9 @@ fn a_verdict_for_one_id_leaves_a_prompt_with_another_id_alone() {
 fn a_verdict_while_the_owner_is_away_is_delivered_when_it_attaches() {
     let mut w = World::new();
     let prompt = w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.attach(S2);
     w.mark();
 
@@ -679,7 +687,9 @@ fn a_verdict_while_the_owner_is_away_is_delivered_when_it_attaches() {
 fn another_session_attaching_does_not_take_a_waiting_verdict() {
     let mut w = World::new();
     w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
     w.say(ALICE, R1, "yes abcde");
     w.mark();
 
@@ -747,7 +757,9 @@ fn the_prompt_shows_its_outcome_only_after_the_verdict_was_sent() {
 fn the_decided_prompt_records_who_answered_and_how() {
     let mut w = World::new();
     let prompt = w.pending_prompt("abcde");
-    w.detach(S1);
+    // Away after a restart: its prompts stay answerable (a closed stream
+    // would withdraw them).
+    w.restart();
 
     let yes = w.say(ALICE, R1, "yes abcde");
 
