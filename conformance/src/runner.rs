@@ -286,6 +286,27 @@ fn case(action: &Action, observed: &[Observation]) -> Option<String> {
                 "not answered"
             }
         )),
+        // A closed stream withdraws its session's prompts; attaching opens them.
+        Action::Detach { .. } | Action::Attach { .. } | Action::AttachLabelled { .. } => {
+            let edited = |head: &str| {
+                observed.iter().any(|o| matches!(o, Observation::Sent { content, .. }
+                    if content["m.new_content"]["body"].as_str().is_some_and(|b| b.starts_with(head))))
+            };
+            if edited("⏸ Withdrawn") {
+                Some("prompt withdrawn".to_owned())
+            } else if edited("🔐") {
+                Some("prompt opened again".to_owned())
+            } else {
+                None
+            }
+        }
+        // An answer to a withdrawn prompt: a notice, and no verdict.
+        Action::Message { .. }
+            if observed.iter().any(|o| matches!(o, Observation::Sent { content, .. }
+                if content["body"].as_str().is_some_and(|b| b.contains(" is withdrawn: ")))) =>
+        {
+            Some("answer to a withdrawn prompt".to_owned())
+        }
         // A request a rule denies: its verdict, and a line replying to nothing.
         Action::PermissionRequest { .. }
             if observed.iter().any(|o| matches!(o, Observation::Sent { content, .. }

@@ -34,8 +34,13 @@ const OBSERVATIONS: [&str; 10] = [
 /// comes after the sessions were told; the operator's bind taken, refused for a room
 /// the identity left, and moving a room from another label; an approver's room
 /// command; a prompt that names its labelled session; a grant made, a request it
-/// answers, and the operator's revocation of one; a request a policy rule denies.
-const CASES: [&str; 13] = [
+/// answers, and the operator's revocation of one; a request a policy rule denies; a
+/// prompt withdrawn when its session's stream closed, an answer to it refused, and
+/// the prompt opened again when the session attached.
+const CASES: [&str; 16] = [
+    "prompt withdrawn",
+    "answer to a withdrawn prompt",
+    "prompt opened again",
     "undecryptable: parked",
     "undecryptable: Stranger",
     "decrypt: before the grace period ended",

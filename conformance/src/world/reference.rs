@@ -91,6 +91,26 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
         .copied()
         .filter(|s| world.attach_routed(*s, world.label_of(*s, None)))
         .collect();
+    // A session whose prompts were withdrawn comes back: they open again.
+    let withdrawn_owners: Vec<Sess> = attachable
+        .iter()
+        .copied()
+        .filter(|s| {
+            world.channel.identity(&s.ident().id()).is_some_and(|st| {
+                st.prompts().iter().any(|p| {
+                    p.session == s.id() && matches!(p.phase, mc_model::Phase::Withdrawn { .. })
+                })
+            })
+        })
+        .collect();
+    if !withdrawn_owners.is_empty() {
+        options.push((
+            2,
+            pick(withdrawn_owners)
+                .prop_map(|session| Action::Attach { session })
+                .boxed(),
+        ));
+    }
     if !attachable.is_empty() {
         options.push((
             if real { 8 } else { 4 },
@@ -281,6 +301,37 @@ pub fn transitions(world: &World) -> BoxedStrategy<Action> {
                     sender: Who::Ann,
                     room: 0,
                     text: [Text::Always, Text::AlwaysPrefix, Text::YesFor][form](rid),
+                    rel: Rel::Reply {
+                        to: Sel::Prompt(to),
+                        fallback,
+                    },
+                })
+                .boxed(),
+        ));
+    }
+    // Ann answers a withdrawn prompt (its session's stream closed), replying to it.
+    let withdrawn: Vec<(usize, Ident, Rid)> = (0..8)
+        .filter_map(|n| {
+            let e = &world.events[world.sel(Sel::Prompt(n))?];
+            let body = e.content["body"].as_str()?;
+            let rid = [Rid::R1, Rid::R2]
+                .into_iter()
+                .find(|r| body.contains(r.as_str()))?;
+            let edited = e.edited_body.as_deref()?;
+            edited
+                .starts_with("⏸ Withdrawn")
+                .then_some((n, e.ident, rid))
+        })
+        .collect();
+    if !withdrawn.is_empty() {
+        options.push((
+            2,
+            (pick(withdrawn), any::<bool>(), any::<bool>())
+                .prop_map(|((to, ident, rid), yes, fallback)| Action::Message {
+                    ident,
+                    sender: Who::Ann,
+                    room: 0,
+                    text: if yes { Text::Yes(rid) } else { Text::No(rid) },
                     rel: Rel::Reply {
                         to: Sel::Prompt(to),
                         fallback,
