@@ -4092,7 +4092,27 @@ impl World {
                 if text.plain.starts_with("\u{231B} Expired") {
                     self.reached.expired += 1;
                 }
-                if !text.plain.starts_with('\u{231B}') {
+                // Withdrawn (its session's stream closed) or shown as asked again
+                // (the session attached): the session is detached, or attached.
+                let withdrawn = text.plain.starts_with("\u{23F8} Withdrawn");
+                let reopened = text.plain.starts_with('\u{1F510}');
+                if withdrawn || reopened {
+                    let rec = self
+                        .prompts
+                        .iter()
+                        .find(|p| p.message == *event_id && p.ident == ident)
+                        .expect("checked above");
+                    let attached = self
+                        .channel
+                        .identity(identity)
+                        .and_then(|st| st.sessions().get(&rec.session).copied())
+                        .is_some_and(|phase| phase != mc_model::SessionPhase::Detached);
+                    assert_eq!(
+                        attached, reopened,
+                        "prompt {event_id} shown withdrawn while its session is attached, or \
+                         opened again while it is not: {effect:?}"
+                    );
+                } else if !text.plain.starts_with('\u{231B}') {
                     assert!(
                         self.verdicts_sent.get(event_id).is_some_and(|n| *n > 0),
                         "prompt {event_id} edited to a verdict that was not delivered"
@@ -4821,7 +4841,10 @@ fn answered_by_grant(phase: &Phase) -> bool {
         Phase::Decided { decision, .. } | Phase::Delivering { decision, .. } => {
             matches!(decision.via, VerdictSource::Grant { .. })
         }
-        Phase::Posting { .. } | Phase::Pending { .. } | Phase::Settling { .. } => false,
+        Phase::Posting { .. }
+        | Phase::Pending { .. }
+        | Phase::Settling { .. }
+        | Phase::Withdrawn { .. } => false,
     }
 }
 
