@@ -23,3 +23,4 @@ mod stream;
 mod sync;
 mod tools;
 mod transport;
+mod withdrawn;
