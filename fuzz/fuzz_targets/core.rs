@@ -79,6 +79,25 @@
 //!   core's grants are the record; no prompt a grant answered is ever edited, its
 //!   verdict is delivered once; a request a grant answers takes a place under the
 //!   prompt cap like any other (seed `regress-grant-answer-over-the-prompt-cap`);
+//! - the operator's policies (`Op::Policy`, at any point: up to four rules per
+//!   identity over the requests' tools, `*` and their subjects, allow, deny or ask
+//!   one or two approvers, a policy room; a second approver before the first
+//!   input; only what `policy::check` accepts), by the world's own reading of the
+//!   patterns (an allow's `*` spans no shell control character, invisible
+//!   character or `..`; a deny or ask rule reads the raw preview when there is no
+//!   subject): the first rule that matches decides; an allow or deny rule answers
+//!   at once, by the rule, as the identity's own user, with no prompt and no
+//!   notice, and one announcement naming the rule in the policy room, else the
+//!   room the prompt would have gone to, none with neither, its verdict going only
+//!   to the asking session, once; no grant answers a request a rule matches, and
+//!   none is made on an ask rule's prompt, which names the rule and its quorum;
+//!   such a prompt is allowed only when as many distinct approvers could have
+//!   allowed it (text or reaction), an approver's no replying to it denies it at
+//!   once, an approver's yes replying to it allows it when it completes the
+//!   distinct approvers the world knows counted (its replying yeses, its
+//!   reactions settled and never withdrawn), else is allowed by an allow the world
+//!   cannot be sure of or told in one notice replying to the prompt, and no prompt
+//!   stays answerable with its quorum counted;
 //! - effect ids are fresh and increasing; the clock never runs backwards; strangers'
 //!   and own events are dropped visibly; a stale outcome is dropped; a re-delivered
 //!   event acts no more; the settings (fuzzed before the first input: time to live,

@@ -50,6 +50,18 @@
 //! and when each ends (`check_grants`, `grant_command_ends`); the core's grants must
 //! be that record after every call.
 //!
+//! Policies (the design: docs/decisions/0029-policy.md): [`Op::Policy`] gives an
+//! identity, at any point, ordered rules built from bytes over [`TOOL_PATTERNS`] and
+//! [`INPUT_PATTERNS`] (the tools and subjects the requests carry), allow, deny or
+//! ask one or two approvers (a second approver, Carl, when the op says so), and
+//! maybe a policy room; only what `policy::check` accepts. The world reads the
+//! patterns itself ([`glob`], `rule_matches`, `first_rule`, from the design's
+//! words, sharing only `subject` and `is_hidden`) to know which rule must decide
+//! each request (`check_ruled`, `check_rule_answer`), and keeps its own count of
+//! the distinct approvers whose replying yes surely counted on an ask rule's
+//! prompt (`check_sure_verdict`), bounded above by the allows that could have
+//! counted (`possible_allows`).
+//!
 //! The byte format is hand-written (an opcode byte, then fixed fields; strings are a
 //! length byte and bytes) so that [`encode`] can write seed inputs from real shapes;
 //! every byte string decodes to some ops.
@@ -57,6 +69,8 @@
 use crate::{check_notification, encode_string, Cursor};
 use mc_model::classify::{parse_room_command, verdict_body, GrantCommand, RoomCommand};
 use mc_model::grant::{is_hidden, subject, InputScope, Lasts, UNSAFE_AFTER_PREFIX};
+use mc_model::policy::{check as check_policy, Pattern, Rule, RuleDecision};
+use mc_model::prompt_text::PREVIEW_CHARS;
 use mc_model::reaction::ReactionKeys;
 use mc_model::verdict::{parse_text_verdict, TextVerdict};
 use mc_model::{
@@ -66,7 +80,9 @@ use mc_model::{
     Parent, PermissionRequest, Phase, Prompt, Reaction, Redaction, Relation, ReplyTo, RequestId,
     RoomId, SessionId, SessionPhase, Timestamp, UserId, VerdictSource,
 };
+use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::LazyLock;
 
 /// At most this many ops are run from one input.
 pub const MAX_OPS: usize = 200;
@@ -173,6 +189,32 @@ const SETTLES: [Millis; 4] = [SETTLE, 1, 700, 29_999];
 /// How many retired prompt messages each identity remembers unless [`Op::Settings`]
 /// says otherwise: small, so that the fuzzer sees prompts forgotten.
 pub const MEMORY: usize = 2;
+
+/// The tool patterns a rule of [`Op::Policy`] names: the tools the requests carry
+/// (`Bash` when the fuzzed tool is empty, `Write` in the seeds), `*` and a prefix.
+pub const TOOL_PATTERNS: [&str; 5] = ["Bash", "*", "Write", "B*", "ls"];
+/// The input patterns a rule of [`Op::Policy`] names (`None` too), over the
+/// subjects the requests carry: the [`COMMANDS`] (an allow's narrow `*` may span
+/// neither the third's `&&`/`|` nor the fifth's `..`), the tool name itself (a
+/// Bash request's preview 0), and the compact JSON that is the subject of a tool
+/// with no subject field, or the raw preview a deny or ask rule reads when there
+/// is no subject (`*command*`).
+pub const INPUT_PATTERNS: [&str; 9] = [
+    "cargo test*",
+    "*curl*",
+    "ls -la /work/proj/*",
+    "*",
+    "cargo test",
+    "*command*",
+    "*..*",
+    "Bash",
+    "*test -p*",
+];
+/// Where a policy's lines go ([`Op::Policy`]'s flags): no policy room (the room a
+/// prompt would go to), `!r2`, `!r4` (nobody's) or `!rb`.
+const POLICY_ROOMS: [Option<&str>; 4] = [None, Some(ROOMS[1]), Some(ROOMS[3]), Some(ROOMS[2])];
+/// The most rules one [`Op::Policy`] gives an identity.
+pub const MAX_RULES: usize = 4;
 
 /// A text the agent may write, and the request ids (indices into the cast's ids
 /// `abcde`, `fghij`, `kmnop`) a person reads in it: `names` are the ones the core
@@ -465,6 +507,19 @@ pub enum Op {
         memory: u8,
         max_prompts: u8,
     },
+    /// The operator's policy for one identity, replacing the one it had, at any
+    /// point: `(flags >> 1) % 4` picks its policy room of [`POLICY_ROOMS`], each
+    /// rule is built from its bytes ([`PolicyRule`]); bit 0 of `flags` gives it a
+    /// second approver (A: Carl approves too; B: Carl is an allowed sender, so an
+    /// approver) before the first op's input only, like [`Op::Settings`]. A rule
+    /// that `policy::check` refuses beside the rules kept before it (shadowed, in
+    /// practice) is left out: the server refuses such a configuration at startup,
+    /// so only accepted policies are run.
+    Policy {
+        ident: u8,
+        flags: u8,
+        rules: Vec<PolicyRule>,
+    },
     /// An `m.room.member` event of `user` (0..=4 one of the cast, 5 and above the
     /// receiving identity's own bot) in `room`, or (`event: false`) what the server
     /// knows of the room when it starts.
@@ -489,7 +544,18 @@ pub enum Op {
     Restarted,
 }
 
-const OPS: u8 = 21;
+/// One rule of [`Op::Policy`], as bytes: `tool % 5` indexes [`TOOL_PATTERNS`];
+/// `input % 10` is no input pattern (0) or [`INPUT_PATTERNS`]`[input % 10 - 1]`;
+/// `decision & 3` is allow (0), deny (1), or ask (2, 3) `(decision >> 2) % n + 1`
+/// approvers of the identity's `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyRule {
+    pub tool: u8,
+    pub input: u8,
+    pub decision: u8,
+}
+
+const OPS: u8 = 22;
 
 fn decode_body(c: &mut Cursor) -> Body {
     match c.byte() % 9 {
@@ -810,12 +876,28 @@ pub fn decode(data: &[u8]) -> Vec<Op> {
                 sess: c.byte(),
                 label: Some(c.byte()),
             },
-            _ => {
+            20 => {
                 let (ident, label, flag, room) = (c.byte(), c.byte(), c.byte(), c.byte());
                 Op::Bind {
                     ident,
                     label,
                     room: (flag & 1 == 0).then_some(room),
+                }
+            }
+            _ => {
+                let (ident, flags, n) =
+                    (c.byte(), c.byte(), usize::from(c.byte()) % (MAX_RULES + 1));
+                let rules = (0..n)
+                    .map(|_| PolicyRule {
+                        tool: c.byte(),
+                        input: c.byte(),
+                        decision: c.byte(),
+                    })
+                    .collect();
+                Op::Policy {
+                    ident,
+                    flags,
+                    rules,
                 }
             }
         };
@@ -965,6 +1047,17 @@ pub fn encode(ops: &[Op]) -> Vec<u8> {
                 what,
             } => out.extend([17, encode_to(*to), *room, *sender, u8::from(!event), *what]),
             Op::Restarted => out.push(18),
+            Op::Policy {
+                ident,
+                flags,
+                rules,
+            } => {
+                assert!(rules.len() <= MAX_RULES, "at most {MAX_RULES} rules");
+                out.extend([21, *ident, *flags, rules.len() as u8]);
+                for rule in rules {
+                    out.extend([rule.tool, rule.input, rule.decision]);
+                }
+            }
         }
     }
     out
@@ -989,6 +1082,8 @@ enum EvKind {
         /// What it says as a verdict (not an edit; its body, a reply's fallback
         /// stripped): the request id, the behaviour and the grant asked for.
         verdict: Option<TextVerdict>,
+        /// An `m.text` or `m.emote`: the message types an approver's verdict may be.
+        textual: bool,
     },
     Reaction {
         target: EventId,
@@ -1051,6 +1146,12 @@ struct PromptRec {
     shown_again: Option<u64>,
     /// Posted by a post a restart issued again.
     reissued: bool,
+    /// The `ask` rule (its number) whose prompt it is, by the world's reading of the
+    /// policy, and how many distinct approvers must allow it (1 without a rule).
+    rule: Option<usize>,
+    quorum: usize,
+    /// The op step at which it was posted: no answer before can count for it.
+    posted_step: usize,
 }
 
 /// An identity's membership of a room, by the world's own record of the memberships
@@ -1088,9 +1189,13 @@ enum Pending {
         request_id: RequestId,
         issued: Timestamp,
         plain: String,
+        /// The `ask` rule that asks, and its quorum (see [`PromptRec`]).
+        rule: Option<usize>,
+        quorum: usize,
     },
     /// The delivery of a verdict: of a prompt message's, or (`auto`: identity,
-    /// serial) of a prompt a grant answered, which has no message of its own.
+    /// serial) of a prompt a grant or a rule answered, which has no message of its
+    /// own.
     Verdict {
         message: Option<EventId>,
         auto: Option<(usize, u64)>,
@@ -1235,6 +1340,28 @@ pub struct Reached {
     pub grants_revoked: usize,
     /// Approvers' grant commands (`grants`, `revoke <n>`, `revoke all`).
     pub grant_commands: usize,
+    /// Permission requests that reached the rules (their session attached), and
+    /// those of an identity with a policy; those some rule matched first, answered
+    /// `allow` or `deny` by the rule, asked by an `ask` rule.
+    pub requests: usize,
+    pub requests_under_policy: usize,
+    pub rule_matched: usize,
+    pub rule_allows: usize,
+    pub rule_denies: usize,
+    pub rule_asks: usize,
+    /// Rules' answers told nowhere (no policy room, no room for a prompt), and
+    /// told in a policy room.
+    pub rule_answers_untold: usize,
+    pub rule_answers_in_policy_room: usize,
+    /// Requests a live grant covered but a rule matched first; allows that asked
+    /// for a grant on an `ask` rule's prompt (refused).
+    pub grants_overruled: usize,
+    pub grants_refused_by_rule: usize,
+    /// Approvers' allows counted on a prompt that needs more; prompts of an `ask`
+    /// rule for two or more approvers allowed, denied.
+    pub quorum_counts: usize,
+    pub quorums_met: usize,
+    pub quorums_denied: usize,
 }
 
 impl Reached {
@@ -1294,6 +1421,19 @@ impl Reached {
             grants_ended_by_detach,
             grants_revoked,
             grant_commands,
+            requests,
+            requests_under_policy,
+            rule_matched,
+            rule_allows,
+            rule_denies,
+            rule_asks,
+            rule_answers_untold,
+            rule_answers_in_policy_room,
+            grants_overruled,
+            grants_refused_by_rule,
+            quorum_counts,
+            quorums_met,
+            quorums_denied,
         } = other;
         self.pushes += pushes;
         self.replayed += replayed;
@@ -1348,6 +1488,19 @@ impl Reached {
         self.grants_ended_by_detach += grants_ended_by_detach;
         self.grants_revoked += grants_revoked;
         self.grant_commands += grant_commands;
+        self.requests += requests;
+        self.requests_under_policy += requests_under_policy;
+        self.rule_matched += rule_matched;
+        self.rule_allows += rule_allows;
+        self.rule_denies += rule_denies;
+        self.rule_asks += rule_asks;
+        self.rule_answers_untold += rule_answers_untold;
+        self.rule_answers_in_policy_room += rule_answers_in_policy_room;
+        self.grants_overruled += grants_overruled;
+        self.grants_refused_by_rule += grants_refused_by_rule;
+        self.quorum_counts += quorum_counts;
+        self.quorums_met += quorums_met;
+        self.quorums_denied += quorums_denied;
     }
 }
 
@@ -1472,6 +1625,18 @@ pub struct World {
     /// The permission request being handled (identity, session, request): the one
     /// a [`Effect::PostPrompt`] or a grant's answer may be for.
     requesting: Option<(usize, SessionId, PermissionRequest)>,
+    /// The first rule of the identity's policy that matches the permission request
+    /// being handled, by the world's own reading ([`first_rule`]): its number
+    /// (from 1) and decision; `None` when none does or the request does not reach
+    /// the rules (its session not attached).
+    ruling: Option<(usize, RuleDecision)>,
+    /// The approvers whose text allow surely counted for each prompt (identity,
+    /// message), by the world's record: an approver's text allow replying to the
+    /// prompt, of its request id, while it was answerable and no deny settled on it
+    /// (see [`World::check_sure_verdict`]). With the settled reactions, the allows
+    /// the core counts are at least these ([`World::sure_allows`]), and at most
+    /// [`World::possible_allows`].
+    surely: BTreeMap<(usize, EventId), BTreeSet<UserId>>,
     /// The first grant of the world's record that covers the permission request
     /// being handled, when the request reaches the grants (its session attached,
     /// a room for its prompt): the one grant that must answer it.
@@ -1563,6 +1728,115 @@ fn grant_covers(
         && now < grant.expires_at
         && subject(&request.tool_name, &request.input_preview)
             .is_some_and(|s| grant.scope.covers(&s))
+}
+
+/// The rule [`Op::Policy`] builds from `bytes` (see [`PolicyRule`]) for an identity
+/// with `approvers` approvers.
+pub fn policy_rule(bytes: PolicyRule, approvers: usize) -> Rule {
+    let input = match usize::from(bytes.input) % (INPUT_PATTERNS.len() + 1) {
+        0 => None,
+        k => Some(Pattern(INPUT_PATTERNS[k - 1].to_owned())),
+    };
+    let decision = match bytes.decision & 3 {
+        0 => RuleDecision::Allow,
+        1 => RuleDecision::Deny,
+        _ => RuleDecision::Ask {
+            approvers: usize::from(bytes.decision >> 2) % approvers.max(1) + 1,
+        },
+    };
+    Rule {
+        tool: Pattern(TOOL_PATTERNS[usize::from(bytes.tool) % TOOL_PATTERNS.len()].to_owned()),
+        input,
+        decision,
+    }
+}
+
+/// A control or format character (`Cc`, `Cf`): an allow rule's `*` never spans one.
+static HIDDEN_CHAR: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[\p{Cc}\p{Cf}]$").expect("constant regex"));
+
+/// Whether `pattern` matches all of `text`, by the design's words
+/// (docs/decisions/0029-policy.md), not the model's code: literal text in which
+/// `*` stands for any run of characters; `narrow` (an allow rule's input pattern):
+/// a `*` spans no shell control character ([`UNSAFE_AFTER_PREFIX`]), no control or
+/// format character, and no `.` next to another `.` of the text. A search over
+/// where each literal piece between the stars sits.
+fn glob(pattern: &str, text: &str, narrow: bool) -> bool {
+    let text: Vec<char> = text.chars().collect();
+    let spannable: Vec<bool> = (0..text.len())
+        .map(|at| {
+            let c = text[at];
+            let climbs =
+                c == '.' && ((at > 0 && text[at - 1] == '.') || text.get(at + 1) == Some(&'.'));
+            !narrow
+                || !(UNSAFE_AFTER_PREFIX.contains(&c)
+                    || HIDDEN_CHAR.is_match(c.encode_utf8(&mut [0; 4]))
+                    || climbs)
+        })
+        .collect();
+    let pieces: Vec<Vec<char>> = pattern.split('*').map(|p| p.chars().collect()).collect();
+    let fits = |at: usize, piece: &[char]| text.get(at..at + piece.len()) == Some(piece);
+    // Whether pieces[k..] can follow a star whose run starts at `from`.
+    fn place(
+        k: usize,
+        from: usize,
+        pieces: &[Vec<char>],
+        len: usize,
+        spannable: &[bool],
+        fits: &dyn Fn(usize, &[char]) -> bool,
+    ) -> bool {
+        let piece = &pieces[k];
+        let last = k + 1 == pieces.len();
+        (from..=len)
+            .filter(|at| at + piece.len() <= len && (!last || at + piece.len() == len))
+            .take_while(|at| spannable[from..*at].iter().all(|s| *s))
+            .any(|at| {
+                fits(at, piece)
+                    && (last || place(k + 1, at + piece.len(), pieces, len, spannable, fits))
+            })
+    }
+    let first = &pieces[0];
+    if !fits(0, first) {
+        return false;
+    }
+    match pieces.len() {
+        1 => text.len() == first.len(),
+        _ => place(1, first.len(), &pieces, text.len(), &spannable, &fits),
+    }
+}
+
+/// Whether `rule` matches `request`, by the design: its tool pattern over the tool
+/// name; with no input pattern, any input; an allow rule's input pattern (narrow)
+/// only the subject of a preview the prompt would show whole, nothing of it
+/// hidden; a deny or ask rule's the subject, else (no subject) the raw preview.
+fn rule_matches(rule: &Rule, request: &PermissionRequest) -> bool {
+    if !glob(&rule.tool.0, &request.tool_name, false) {
+        return false;
+    }
+    let Some(input) = &rule.input else {
+        return true;
+    };
+    let seen = subject(&request.tool_name, &request.input_preview);
+    match rule.decision {
+        RuleDecision::Allow => {
+            request.input_preview.chars().count() <= PREVIEW_CHARS
+                && seen.is_some_and(|s| !is_hidden(&s) && glob(&input.0, &s, true))
+        }
+        RuleDecision::Deny | RuleDecision::Ask { .. } => glob(
+            &input.0,
+            seen.as_deref().unwrap_or(&request.input_preview),
+            false,
+        ),
+    }
+}
+
+/// The first rule of `rules` that matches `request`: its number (from 1) and
+/// decision.
+fn first_rule(rules: &[Rule], request: &PermissionRequest) -> Option<(usize, RuleDecision)> {
+    rules
+        .iter()
+        .position(|r| rule_matches(r, request))
+        .map(|at| (at + 1, rules[at].decision))
 }
 
 impl Default for World {
@@ -1670,6 +1944,8 @@ impl World {
             creation_failed: None,
             requesting: None,
             auto_answer: None,
+            ruling: None,
+            surely: BTreeMap::new(),
             grants: [Vec::new(), Vec::new()],
             next_grant: [0, 0],
             text_allows: Vec::new(),
@@ -1711,8 +1987,53 @@ impl World {
         let settle = SETTLES[usize::from(settle) % SETTLES.len()].min(ttl - 1);
         let memory = usize::from(memory % 4) + 1;
         let max_prompts = usize::from(max_prompts % 3) + 1;
-        let c = config(i, ttl, settle, memory, max_prompts);
+        let mut c = config(i, ttl, settle, memory, max_prompts);
+        // What an earlier [`Op::Policy`] set stays.
+        let old = &self.configs[i];
+        c.allowed_senders = old.allowed_senders.clone();
+        c.approvers = old.approvers.clone();
+        c.policy = old.policy.clone();
+        c.policy_room = old.policy_room.clone();
         c.validate().expect("the fuzzed settings are valid");
+        self.channel
+            .add_identity(ident_id(i), c.clone())
+            .expect("valid config");
+        self.configs[i] = c;
+    }
+
+    /// The operator's policy for one identity ([`Op::Policy`]): its rules and policy room
+    /// at any point, a second approver only before the first input.
+    fn policy(&mut self, ident: u8, flags: u8, rules: &[PolicyRule]) {
+        // The rules and the policy room act on a permission request when it comes
+        // (an `ask` rule's prompt keeps its rule and quorum), so they may change
+        // between any two inputs, as `Channel::add_identity` allows. Who approves
+        // judges every event the world sent: a second approver only before the
+        // first input.
+        let i = usize::from(ident) % 2;
+        let mut c = self.configs[i].clone();
+        if flags & 1 != 0 && self.handled == self.start_handled {
+            let carl = UserId::from(CARL);
+            match i {
+                0 => c.approvers = Some([UserId::from(ANN), carl].into()),
+                _ => {
+                    c.allowed_senders.insert(carl);
+                }
+            }
+        }
+        c.policy_room =
+            POLICY_ROOMS[usize::from(flags >> 1) % POLICY_ROOMS.len()].map(RoomId::from);
+        let approvers = c.approver_count();
+        // Only a policy `policy::check` accepts: the server refuses any other at
+        // startup. A rule it refuses beside those kept (shadowed by one of them) is
+        // left out, so every input still runs a valid policy.
+        c.policy = Vec::new();
+        for bytes in rules {
+            c.policy.push(policy_rule(*bytes, approvers));
+            if !check_policy(&c.policy, approvers).is_empty() {
+                c.policy.pop();
+            }
+        }
+        c.validate().expect("the fuzzed policy is valid");
         self.channel
             .add_identity(ident_id(i), c.clone())
             .expect("valid config");
@@ -2031,6 +2352,11 @@ impl World {
                 memory,
                 max_prompts,
             } => self.settings(*ident, *ttl, *settle, *memory, *max_prompts),
+            Op::Policy {
+                ident,
+                flags,
+                rules,
+            } => self.policy(*ident, *flags, rules),
             Op::Membership {
                 to,
                 room,
@@ -2483,23 +2809,43 @@ impl World {
                 .and_then(|state| state.sessions().get(&asking)),
             Some(SessionPhase::Live | SessionPhase::Attaching { .. })
         );
+        // The first rule of the identity's policy that matches decides, before any
+        // grant (docs/decisions/0029-policy.md), once the request reaches the rules
+        // (its session attached).
+        let ruling = first_rule(&self.configs[ident].policy, &request).filter(|_| attached);
         // A grant answers an attached session's request even where no prompt room
-        // is known (its line goes to the grant's own room).
-        let covering = self.grants[ident]
+        // is known (its line goes to the grant's own room), unless a rule matched:
+        // a rule's allow or deny beats any grant, an `ask` rule's request is asked.
+        let covers = self.grants[ident]
             .iter()
             .find(|g| grant_covers(g, &asking, &request, self.now))
             .cloned()
             .filter(|_| attached);
+        let covering = covers.clone().filter(|_| ruling.is_none());
         let input = Input::PermissionRequest {
             identity: ident_id(ident),
             session: asking.clone(),
             request: request.clone(),
         };
-        self.requesting = Some((ident, asking.clone(), request));
+        self.requesting = Some((ident, asking.clone(), request.clone()));
         self.auto_answer = covering.clone();
+        self.ruling = ruling;
         let effects = self.handle(self.now, input);
         self.requesting = None;
         self.auto_answer = None;
+        self.ruling = None;
+        if attached {
+            self.reached.requests += 1;
+            if !self.configs[ident].policy.is_empty() {
+                self.reached.requests_under_policy += 1;
+            }
+        }
+        if let Some((n, decision)) = ruling {
+            self.check_ruled(ident, &asking, &request, n, decision, &effects);
+            if covers.is_some() {
+                self.reached.grants_overruled += 1;
+            }
+        }
         if effects.iter().any(|e| {
             matches!(
                 e,
@@ -2566,6 +2912,123 @@ impl World {
             grant.id
         );
         self.reached.auto_answers += 1;
+    }
+
+    /// The effects of a request rule `n` of identity `i`'s policy matched first, by
+    /// the design (docs/decisions/0029-policy.md): an `allow` or `deny` rule answers
+    /// it at once, by the rule, as the identity's own user (one [`Effect::Decided`];
+    /// its verdict goes only to the session that asked, once: `check_effect`),
+    /// with no prompt posted and no notice, and one [`Effect::Announce`] naming the
+    /// rule and the request in the policy room, else the room its prompt would
+    /// have gone to, and none with neither; an `ask` rule's request is decided by
+    /// nothing now, announced nowhere, and posted as a prompt (naming the rule:
+    /// `check_effect`) where there is a room for it.
+    fn check_ruled(
+        &mut self,
+        i: usize,
+        asking: &SessionId,
+        request: &PermissionRequest,
+        n: usize,
+        decision: RuleDecision,
+        effects: &[Effect],
+    ) {
+        self.reached.rule_matched += 1;
+        let decided: Vec<&mc_model::Decision> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Decided {
+                    session,
+                    request_id,
+                    decision,
+                    ..
+                } if session == asking && *request_id == request.request_id => Some(decision),
+                _ => None,
+            })
+            .collect();
+        let announced: Vec<&Effect> = effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Announce { .. }))
+            .collect();
+        let posted = effects
+            .iter()
+            .filter(|e| matches!(e, Effect::PostPrompt { .. }))
+            .count();
+        let behavior = match decision {
+            RuleDecision::Allow => Behavior::Allow,
+            RuleDecision::Deny => Behavior::Deny,
+            RuleDecision::Ask { .. } => {
+                assert!(
+                    decided.is_empty() && announced.is_empty(),
+                    "a request ask rule {n} matched was answered or announced: {effects:?}"
+                );
+                let room = self.prompt_room(i, asking);
+                assert_eq!(
+                    posted,
+                    usize::from(room.is_some()),
+                    "a request ask rule {n} matched was not posted once where there is a \
+                     room for it ({room:?}): {effects:?}"
+                );
+                self.reached.rule_asks += 1;
+                return;
+            }
+        };
+        assert!(
+            decided.len() == 1
+                && decided[0].behavior == behavior
+                && decided[0].via == VerdictSource::Policy { rule: n }
+                && decided[0].by == bot(i),
+            "a request rule {n} ({decision:?}) matched first was not answered {behavior:?} by \
+             the rule, once: {effects:?}"
+        );
+        assert_eq!(
+            posted, 0,
+            "a request rule {n} answers was posted: {effects:?}"
+        );
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Notice { .. })),
+            "a request rule {n} answers made a notice: {effects:?}"
+        );
+        let told = self.configs[i]
+            .policy_room
+            .clone()
+            .or_else(|| self.prompt_room(i, asking));
+        let rooms: Vec<&RoomId> = announced
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Announce {
+                    room,
+                    text,
+                    identity,
+                } => {
+                    assert_eq!(*identity, ident_id(i), "announced as another identity");
+                    assert!(
+                        text.plain.contains(&format!(" by rule {n}: "))
+                            && text.plain.contains(request.request_id.as_str()),
+                        "the line of rule {n}'s answer does not name the rule and the request: \
+                         {:?}",
+                        text.plain
+                    );
+                    Some(room)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            rooms,
+            told.iter().collect::<Vec<_>>(),
+            "rule {n}'s answer was not told once in the policy room, else the prompt's \
+             room, and nowhere with neither: {effects:?}"
+        );
+        match behavior {
+            Behavior::Allow => self.reached.rule_allows += 1,
+            Behavior::Deny => self.reached.rule_denies += 1,
+        }
+        if told.is_none() {
+            self.reached.rule_answers_untold += 1;
+        }
+        if self.configs[i].policy_room.is_some() {
+            self.reached.rule_answers_in_policy_room += 1;
+        }
     }
 
     /// An unreadable `permission_request`: the session is told, it is dropped
@@ -3198,6 +3661,7 @@ impl World {
         let kind = EvKind::Message {
             command,
             verdict,
+            textual: matches!(msgtype, MsgType::Text | MsgType::Emote),
             notice: msgtype == MsgType::Notice,
             verdict_shaped,
             edit_of: match &relation {
@@ -3337,11 +3801,24 @@ impl World {
             let command = shape
                 .clone()
                 .filter(|_| self.configs[i].gate(&who) == Gate::Approver);
-            if command.is_some() {
+            // An approver's text verdict replying to a prompt of this identity's
+            // answers that prompt (or nothing): what it must do is checked against
+            // the prompt as the core holds it once the due timers fired.
+            let sure = self.replied_prompt(i, &id);
+            if command.is_some() || sure.is_some() {
                 // Due timers fire first, so their pushes are judged by the bindings
-                // before the command.
+                // before the command, and a settle window or an expiry due now is
+                // over before the verdict.
                 self.handle(self.now, Input::Tick);
             }
+            let before = sure.as_ref().and_then(|(rec, _)| {
+                let state = self.channel.identity(&ident_id(i))?;
+                state
+                    .prompts()
+                    .iter()
+                    .find(|p| p.phase.message() == Some(&rec.message))
+                    .cloned()
+            });
             self.arrive(i, &who, &room, counts_room);
             let said = match command.clone() {
                 Some(RoomCommand::Bind(label)) => self.set_binding(i, label, Some(room.clone())),
@@ -3364,6 +3841,9 @@ impl World {
             }
             let effects = self.handle(self.now, input);
             self.revoking = None;
+            if let (Some((rec, verdict)), Some(before)) = (sure, before) {
+                self.check_sure_verdict(i, &id, &who, &rec, &verdict, &before, &effects);
+            }
             if command.is_some() {
                 self.reached.room_commands += 1;
                 if matches!(command, Some(RoomCommand::Grant(_))) {
@@ -3433,6 +3913,147 @@ impl World {
         }
     }
 
+    /// The prompt of identity `i` that event `id` surely answers, and what it says:
+    /// an approver's `m.text` or `m.emote` verdict (no command, no edit) from a
+    /// device the settings admit, replying to a prompt message the world posted for
+    /// `i`, of that prompt's request id (a reply names what it answers).
+    fn replied_prompt(&self, i: usize, id: &EventId) -> Option<(PromptRec, TextVerdict)> {
+        let ev = self.events.iter().rev().find(|e| e.id == *id)?;
+        let EvKind::Message {
+            verdict: Some(verdict),
+            textual: true,
+            command: None,
+            reply_to: Some(target),
+            ..
+        } = &ev.kind
+        else {
+            return None;
+        };
+        let config = &self.configs[i];
+        if config.gate(&ev.who) != Gate::Approver
+            || config.verdict_devices.admits(ev.device()).is_err()
+        {
+            return None;
+        }
+        let rec = self.prompts.iter().find(|p| {
+            p.message == *target && p.ident == i && p.request.request_id == verdict.request_id
+        })?;
+        Some((rec.clone(), verdict.clone()))
+    }
+
+    /// An approver's text verdict `id` replying to `rec`'s message, which the core
+    /// held answerable just before (`before`): a no denies it at once, by that
+    /// message (any deny wins, docs/decisions/0002-deny-wins.md); a yes while an
+    /// approver's deny reaction settles on it joins the window and decides nothing
+    /// now; any other yes counts its sender in the world's record ([`World::surely`])
+    /// and allows the prompt in this call, by that message, when with it the
+    /// prompt's quorum of distinct approvers surely counted ([`World::sure_allows`]);
+    /// short of that it may still allow it (an allow the world cannot be sure of
+    /// counted: `check_decided` bounds it), or leaves it undecided and tells the
+    /// count in one notice replying to it.
+    #[allow(clippy::too_many_arguments)]
+    fn check_sure_verdict(
+        &mut self,
+        i: usize,
+        id: &EventId,
+        who: &UserId,
+        rec: &PromptRec,
+        verdict: &TextVerdict,
+        before: &Prompt,
+        effects: &[Effect],
+    ) {
+        if !before.phase.is_answerable() {
+            return;
+        }
+        let decided: Vec<&mc_model::Decision> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Decided {
+                    identity,
+                    session,
+                    request_id,
+                    decision,
+                    ..
+                } if *identity == ident_id(i)
+                    && *session == rec.session
+                    && *request_id == rec.request.request_id =>
+                {
+                    Some(decision)
+                }
+                _ => None,
+            })
+            .collect();
+        let by_it = |d: &mc_model::Decision| {
+            d.behavior == verdict.behavior
+                && d.by == *who
+                && d.via
+                    == VerdictSource::Text {
+                        event_id: id.clone(),
+                    }
+        };
+        let message = &rec.message;
+        if verdict.behavior == Behavior::Deny {
+            assert!(
+                decided.len() == 1 && by_it(decided[0]),
+                "{who}'s no {id}, replying to the answerable prompt {message}, did not deny it \
+                 at once: {effects:?}"
+            );
+            return;
+        }
+        let deny_settling = matches!(&before.phase, Phase::Settling { votes, .. }
+        if votes.iter().any(|(_, v)| {
+            v.behavior == Behavior::Deny && self.configs[i].is_approver(&v.voter)
+        }));
+        if deny_settling {
+            assert!(
+                decided.is_empty(),
+                "{who}'s yes {id} decided prompt {message} while a deny settled on it: \
+                 {effects:?}"
+            );
+            return;
+        }
+        // Counted before it (as the prompt stood before the input), then with it.
+        let mut counted = self.sure_allows(i, rec);
+        counted.insert(who.clone());
+        self.surely
+            .entry((i, message.clone()))
+            .or_default()
+            .insert(who.clone());
+        if counted.len() >= rec.quorum {
+            assert!(
+                decided.len() == 1 && by_it(decided[0]),
+                "{who}'s yes {id} on prompt {message} (rule {:?}) makes {counted:?}, its quorum \
+                 of {}, and did not allow it: {effects:?}",
+                rec.rule,
+                rec.quorum
+            );
+            return;
+        }
+        // Allows the world cannot be sure of (a text yes without a reply, a vote
+        // withdrawn after its window) may have met the quorum: `check_decided`
+        // bounds such a decision by the allows that could have counted.
+        if !decided.is_empty() {
+            assert!(
+                decided.len() == 1 && by_it(decided[0]),
+                "{who}'s yes {id} on prompt {message} decided it otherwise: {effects:?}"
+            );
+            return;
+        }
+        let told = effects
+            .iter()
+            .filter(|e| {
+                matches!(e, Effect::Notice { room, in_reply_to, .. }
+                    if *room == rec.room && in_reply_to == message)
+            })
+            .count();
+        assert_eq!(
+            told, 1,
+            "{who}'s yes {id} counted for prompt {message} was not told in one notice replying \
+             to it: {effects:?}"
+        );
+        self.reached.quorum_counts += 1;
+    }
+
     fn complete(&mut self, pick: u8, ok: bool) {
         if self.pending.is_empty() {
             return;
@@ -3485,6 +4106,8 @@ impl World {
                     room,
                     issued,
                     plain,
+                    rule,
+                    quorum,
                     ..
                 },
                 Outcome::Posted { event_id },
@@ -3499,6 +4122,9 @@ impl World {
                 retired: None,
                 shown_again: None,
                 reissued: self.reissued_ever.contains(&id),
+                rule: *rule,
+                quorum: *quorum,
+                posted_step: self.step,
             }),
             // The invite is pending again, unless the room moved on meanwhile (the
             // identity's own membership event of it came: the join is settled).
@@ -3723,6 +4349,7 @@ impl World {
         );
         self.see_held();
         self.check_state();
+        self.check_quorums();
         // A prompt message the core holds no more retired now (once).
         self.handled += 1;
         let held: Vec<BTreeSet<EventId>> = (0..2)
@@ -3972,6 +4599,29 @@ impl World {
                 if !self.joined(ident, room) {
                     self.reached.posts_to_rooms_not_joined += 1;
                 }
+                // A request the first matching rule allows or denies is never posted;
+                // the prompt of one an `ask` rule matches names the rule and what it
+                // asks (docs/decisions/0029-policy.md: "Rule 1 (…) asks 2 approvers",
+                // "asks every time" for one).
+                let (rule, quorum) = match self.ruling {
+                    None => (None, 1),
+                    Some((n, RuleDecision::Ask { approvers })) => {
+                        let asks = match approvers {
+                            1 => "asks every time".to_owned(),
+                            n => format!("asks {n} approvers"),
+                        };
+                        assert!(
+                            text.plain.contains(&format!("Rule {n} ("))
+                                && text.plain.contains(&asks),
+                            "the prompt of a request rule {n} asks for does not say so: {:?}",
+                            text.plain
+                        );
+                        (Some(n), approvers)
+                    }
+                    Some((n, decision)) => {
+                        panic!("a request rule {n} answers ({decision:?}) was posted: {effect:?}")
+                    }
+                };
                 let state = self.channel.identity(identity).expect("identity");
                 let prompt = state
                     .prompts()
@@ -3999,6 +4649,8 @@ impl World {
                         request_id: request_id.clone(),
                         issued: now,
                         plain: text.plain.clone(),
+                        rule,
+                        quorum,
                     },
                 ));
             }
@@ -4058,9 +4710,10 @@ impl World {
                     session.clone(),
                     verdict.request_id.clone()
                 )));
-                // A grant's answer has no prompt message of its own (its phase names
-                // the grant's): its delivery is counted by the prompt's serial.
-                let (message, auto) = match answered_by_grant(&prompt.phase) {
+                // A grant's or a rule's answer has no prompt message of its own (its
+                // phase names the grant's, or a placeholder): its delivery is counted
+                // by the prompt's serial.
+                let (message, auto) = match answered_unasked(&prompt.phase) {
                     true => (None, Some((ident, prompt.serial))),
                     false => (prompt.phase.message().cloned(), None),
                 };
@@ -4122,7 +4775,20 @@ impl World {
             Effect::Notice { identity, .. } => {
                 ident_index(identity);
             }
-            Effect::Announce { .. } => panic!("an announcement, and no identity has a policy"),
+            // Its room and text are checked with the request's other effects
+            // (`check_ruled`).
+            Effect::Announce { identity, .. } => {
+                let ident = ident_index(identity);
+                assert!(
+                    matches!(&self.requesting, Some((i, ..)) if *i == ident)
+                        && matches!(
+                            self.ruling,
+                            Some((_, RuleDecision::Allow | RuleDecision::Deny))
+                        ),
+                    "an announcement, and no allow or deny rule matched a request being \
+                     handled: {effect:?}"
+                );
+            }
             Effect::Write {
                 id, identity, call, ..
             } => {
@@ -4275,6 +4941,9 @@ impl World {
     ) {
         let ident = ident_index(identity);
         assert_eq!(at, self.channel.now(), "a verdict taken at another time");
+        if let VerdictSource::Policy { rule } = decision.via {
+            return self.check_rule_answer(ident, session, request_id, decision, rule);
+        }
         assert_eq!(
             self.configs[ident].gate(&decision.by),
             Gate::Approver,
@@ -4438,9 +5107,27 @@ impl World {
                     );
                 }
             }
-            VerdictSource::Grant { .. } => unreachable!("checked above"),
-            VerdictSource::Policy { .. } => {
-                panic!("a verdict by rule, and no identity has a policy")
+            VerdictSource::Grant { .. } | VerdictSource::Policy { .. } => {
+                unreachable!("checked above")
+            }
+        }
+        // An `ask` rule's prompt for N approvers: allowed only when N distinct
+        // approvers could have allowed it (the deciding one among them).
+        if prompt.quorum > 1 {
+            match decision.behavior {
+                Behavior::Allow => {
+                    let could = self.possible_allows(ident, &prompt);
+                    assert!(
+                        could.len() >= prompt.quorum && could.contains(&decision.by),
+                        "prompt {message} (rule {:?}, {} approvers) allowed by {}, though only \
+                         {could:?} could have allowed it",
+                        prompt.rule,
+                        prompt.quorum,
+                        decision.by
+                    );
+                    self.reached.quorums_met += 1;
+                }
+                Behavior::Deny => self.reached.quorums_denied += 1,
             }
         }
         if decision.behavior == Behavior::Allow {
@@ -4450,6 +5137,145 @@ impl World {
             });
             assert!(deny.is_none(), "allowed over a standing deny {deny:?}");
         }
+    }
+
+    /// A decision by rule `rule`: only of the permission request being handled, by
+    /// the rule the world's reading finds first, an `allow` or `deny` rule's own
+    /// answer, as the identity's own user.
+    fn check_rule_answer(
+        &mut self,
+        ident: usize,
+        session: &SessionId,
+        request_id: &RequestId,
+        decision: &mc_model::Decision,
+        rule: usize,
+    ) {
+        let (asking_ident, asking, request) = self
+            .requesting
+            .clone()
+            .unwrap_or_else(|| panic!("rule {rule} answered, and no permission request came"));
+        assert!(
+            asking_ident == ident && asking == *session && request.request_id == *request_id,
+            "rule {rule} answered {request_id} of {session}, not the request being handled"
+        );
+        let behavior = match self.ruling {
+            Some((n, RuleDecision::Allow)) if n == rule => Behavior::Allow,
+            Some((n, RuleDecision::Deny)) if n == rule => Behavior::Deny,
+            first => panic!(
+                "rule {rule} answered {request_id} ({request:?}), but the first rule that \
+                 matches it, by the world's reading, is {first:?} (an ask rule answers by \
+                 asking)"
+            ),
+        };
+        assert_eq!(
+            decision.behavior, behavior,
+            "rule {rule} answered against its decision"
+        );
+        assert_eq!(
+            decision.by,
+            bot(ident),
+            "rule {rule}'s answer is not by the identity's own user"
+        );
+    }
+
+    /// The distinct approvers whose allow surely counted for `rec` (identity `i`'s
+    /// prompt, answerable now), by the world's record: its replying text allows
+    /// ([`World::surely`]), and each approver's approve reaction on its message
+    /// (from a device the settings admit, while joined, after the post, before the
+    /// expiry) that came at least a settle window ago and was never withdrawn: the
+    /// window it joined is over, and the prompt, still answerable, was not denied
+    /// in it, so it was counted.
+    fn sure_allows(&self, i: usize, rec: &PromptRec) -> BTreeSet<UserId> {
+        let config = &self.configs[i];
+        let now = self.channel.now();
+        let expiry = rec.issued + config.prompt_ttl_ms;
+        let mut sure = self
+            .surely
+            .get(&(i, rec.message.clone()))
+            .cloned()
+            .unwrap_or_default();
+        sure.extend(
+            self.events
+                .iter()
+                .filter(|e| {
+                    e.step > rec.posted_step
+                        && e.at < expiry
+                        && e.at + config.settle_ms <= now
+                        && e.joined.contains(&i)
+                        && config.gate(&e.who) == Gate::Approver
+                        && config.verdict_devices.admits(e.device()).is_ok()
+                        && !self.withdrawn.contains_key(&(i, e.id.clone()))
+                        && matches!(&e.kind, EvKind::Reaction { target, key }
+                            if *target == rec.message
+                                && self.keys.classify(key) == Some(Behavior::Allow))
+                })
+                .map(|e| e.who.clone()),
+        );
+        sure
+    }
+
+    /// No prompt is still answerable with its quorum of distinct approvers surely
+    /// counted ([`World::sure_allows`]): it is allowed when the last one counts.
+    fn check_quorums(&self) {
+        for i in 0..2 {
+            let state = self.channel.identity(&ident_id(i)).expect("identity");
+            for prompt in state.prompts().iter().filter(|p| p.phase.is_answerable()) {
+                let Some(rec) = self
+                    .prompts
+                    .iter()
+                    .find(|r| r.ident == i && prompt.phase.message() == Some(&r.message))
+                else {
+                    continue;
+                };
+                let sure = self.sure_allows(i, rec);
+                assert!(
+                    sure.len() < rec.quorum,
+                    "prompt {} (rule {:?}, {} approvers) is still answerable with {sure:?} \
+                     counted",
+                    rec.message,
+                    rec.rule,
+                    rec.quorum
+                );
+            }
+        }
+    }
+
+    /// The approvers who could have allowed `prompt` (over-approximated from the
+    /// world's events): an approver's text allow of its request id, not replying to
+    /// another event, or an approve reaction on its message, from a device the
+    /// settings admit, that reached the identity while joined, after the prompt was
+    /// posted and before it expired.
+    fn possible_allows(&self, ident: usize, prompt: &PromptRec) -> BTreeSet<UserId> {
+        let config = &self.configs[ident];
+        let expiry = prompt.issued + config.prompt_ttl_ms;
+        self.events
+            .iter()
+            .filter(|e| {
+                e.step > prompt.posted_step
+                    && e.at < expiry
+                    && e.joined.contains(&ident)
+                    && config.gate(&e.who) == Gate::Approver
+                    && config.verdict_devices.admits(e.device()).is_ok()
+                    && match &e.kind {
+                        EvKind::Message {
+                            verdict: Some(v),
+                            reply_to,
+                            textual: true,
+                            ..
+                        } => {
+                            v.request_id == prompt.request.request_id
+                                && v.behavior == Behavior::Allow
+                                && reply_to.as_ref().is_none_or(|r| *r == prompt.message)
+                        }
+                        EvKind::Reaction { target, key } => {
+                            *target == prompt.message
+                                && self.keys.classify(key) == Some(Behavior::Allow)
+                        }
+                        _ => false,
+                    }
+            })
+            .map(|e| e.who.clone())
+            .collect()
     }
 
     /// A decision by grant `id`, by the world's record: only the permission request
@@ -4676,6 +5502,11 @@ impl World {
         else {
             return None;
         };
+        // An `ask` rule's requests are asked every time: no grant on its prompt.
+        if prompt.rule.is_some() {
+            self.reached.grants_refused_by_rule += 1;
+            return None;
+        }
         // No grant on what the prompt did not show whole (it clips the preview), nor
         // on a subject partly hidden, nor for a session that is not connected.
         let request = &prompt.request;
@@ -4834,12 +5665,15 @@ impl World {
     }
 }
 
-/// Whether a grant answered the prompt in this phase (by the decision the world
-/// checked when it was taken).
-fn answered_by_grant(phase: &Phase) -> bool {
+/// Whether a grant or a policy rule answered the prompt in this phase, asking
+/// nobody (by the decision the world checked when it was taken).
+fn answered_unasked(phase: &Phase) -> bool {
     match phase {
         Phase::Decided { decision, .. } | Phase::Delivering { decision, .. } => {
-            matches!(decision.via, VerdictSource::Grant { .. })
+            matches!(
+                decision.via,
+                VerdictSource::Grant { .. } | VerdictSource::Policy { .. }
+            )
         }
         Phase::Posting { .. }
         | Phase::Pending { .. }
@@ -5087,7 +5921,100 @@ mod tests {
                 event: true,
                 what: 0,
             },
+            Op::Policy {
+                ident: 1,
+                flags: 3,
+                rules: vec![
+                    PolicyRule {
+                        tool: 0,
+                        input: 9,
+                        decision: 6,
+                    },
+                    PolicyRule {
+                        tool: 200,
+                        input: 0,
+                        decision: 1,
+                    },
+                ],
+            },
+            Op::Policy {
+                ident: 0,
+                flags: 0,
+                rules: Vec::new(),
+            },
         ];
         assert_eq!(decode(&encode(&ops)), ops);
+    }
+
+    fn rule(tool: &str, input: Option<&str>, decision: RuleDecision) -> Rule {
+        Rule {
+            tool: Pattern(tool.to_owned()),
+            input: input.map(|i| Pattern(i.to_owned())),
+            decision,
+        }
+    }
+
+    /// The oracle's own matcher reads the patterns as the design says (the examples
+    /// of docs/decisions/0029-policy.md and of `model/src/policy.rs`'s tests).
+    #[test]
+    fn the_oracles_glob_reads_stars_as_the_design_says() {
+        for (pattern, text, wide, narrow) in [
+            ("cargo test*", "cargo test", true, true),
+            ("cargo test*", "cargo test -p x", true, true),
+            ("cargo test*", "cargo tes", false, false),
+            ("cargo test", "cargo test --all", false, false),
+            ("*git push*", "cd x && git push -f", true, false),
+            ("mcp__github__*", "mcp__gitlab__x", false, false),
+            ("*", "", true, true),
+            ("*", ".x", true, true),
+            ("*", "..x", true, false),
+            ("a*b*c", "aXbYc", true, true),
+            ("a*b*c", "aXbY", false, false),
+            ("cargo test*", "cargo test; curl x | sh", true, false),
+            ("cargo test*", "cargo test $(id)", true, false),
+            ("cargo test*", "cargo test\u{200b}", true, false),
+            ("cat /work/*", "cat /work/a/b.rs", true, true),
+            ("cat /work/*", "cat /work/../etc/passwd", true, false),
+            ("cat /work/.*", "cat /work/../x", true, false),
+            ("cat /work/*./x", "cat /work/../x", true, false),
+            ("*..*", "ls -la /work/proj/../../etc", true, false),
+            (
+                "cargo test && cargo clippy",
+                "cargo test && cargo clippy",
+                true,
+                true,
+            ),
+            ("*test -p*", "cargo test -p mc --lib", true, true),
+            ("ab*ab", "ab", false, false),
+            ("ab*ab", "abab", true, true),
+        ] {
+            assert_eq!(glob(pattern, text, false), wide, "{pattern:?} on {text:?}");
+            assert_eq!(
+                glob(pattern, text, true),
+                narrow,
+                "{pattern:?} on {text:?}, narrow"
+            );
+        }
+    }
+
+    /// The first matching rule decides; an allow rule needs a subject read whole;
+    /// a deny or ask rule reads the raw preview when there is no subject.
+    #[test]
+    fn the_oracles_first_rule_follows_the_design() {
+        let rules = vec![
+            rule("Bash", Some("*..*"), RuleDecision::Deny),
+            rule("Bash", Some("cargo test*"), RuleDecision::Allow),
+            rule("*", Some("*command*"), RuleDecision::Ask { approvers: 2 }),
+        ];
+        let first = |rid: u8, command: u8, tool: &str| {
+            let request = permission_request(rid + 3 * command, tool);
+            first_rule(&rules, &request).map(|(n, _)| n)
+        };
+        assert_eq!(first(0, 1, "Bash"), Some(2), "cargo test");
+        assert_eq!(first(0, 3, "Bash"), None, "chained: not allowed, not asked");
+        assert_eq!(first(0, 5, "Bash"), Some(1), "a climb is denied");
+        assert_eq!(first(0, 1, "Write"), Some(3), "another tool's JSON subject");
+        assert_eq!(first(0, 0, "x\"y"), Some(3), "no subject: the raw preview");
+        assert_eq!(first(0, 0, "Bash"), None, "the subject `Bash`");
     }
 }

@@ -6,7 +6,7 @@
 //! the event files); without the variable the tests check that the core seeds still
 //! reach what they were written for.
 
-use crate::core_ops::{Body, MemberOp, Op, Part, Ref, Rel, To, Txt, WriteOp};
+use crate::core_ops::{Body, MemberOp, Op, Part, PolicyRule, Ref, Rel, To, Txt, WriteOp};
 use crate::{core_ops, encode_string};
 
 /// Element's reply fallback around a prompt answer.
@@ -379,6 +379,40 @@ fn edit(target: Ref, sender: u8, body: u8) -> Op {
         sender,
         text: part(body, None),
     })
+}
+
+/// The operator's policy for identity `ident` (see [`Op::Policy`] for `flags`), its
+/// rules as (tool, input, decision) bytes: tools 0 `Bash`, 1 `*`, 2 `Write`; inputs
+/// 0 none, 1 `cargo test*`, 3 `ls -la /work/proj/*`, 5 `cargo test`, 2 `*curl*`;
+/// decisions 0 allow, 1 deny, 2 ask one approver, 6 ask two (of two).
+fn policy(ident: u8, flags: u8, rules: &[(u8, u8, u8)]) -> Op {
+    Op::Policy {
+        ident,
+        flags,
+        rules: rules
+            .iter()
+            .map(|&(tool, input, decision)| PolicyRule {
+                tool,
+                input,
+                decision,
+            })
+            .collect(),
+    }
+}
+
+/// `who`'s text verdict (`Body::Yes` or `Body::No`) replying to the newest prompt,
+/// to identity A in `!r1`.
+fn answer(who: u8, body: Body) -> Op {
+    msg(
+        To::A,
+        who,
+        0,
+        body,
+        Rel::Reply {
+            target: Ref::prompt(0),
+            resolved: true,
+        },
+    )
 }
 
 /// `user` of a membership: the receiving identity's own bot.
@@ -1089,6 +1123,120 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            // A's policy (one approver, no policy room): rule 1 denies the Bash
+            // command `cargo test`, rule 2 allows `ls -la /work/proj/*`, rule 3 asks
+            // one approver for any `Write`. S1's `cargo test` before anyone wrote is
+            // denied and told nowhere; `cargo test -p mc --lib` (no rule) is asked
+            // and Ann's `always abcde cargo test` makes a grant, which then answers
+            // `cargo test -p …` again but not `cargo test` (rule 1 denies it, told in
+            // !r1); `ls … src` is allowed by rule 2, `ls …/../../etc` is not (an
+            // allow's star spans no `..`) and is asked; the `Write` is asked by rule
+            // 3, whose prompt Ann's `always` allows without a grant. Then the
+            // operator's policy becomes one rule asking for `cargo test`: the grant
+            // covers it, and it is asked all the same.
+            "policy-deny-beats-a-grant-and-allow-announced",
+            vec![
+                policy(0, 0, &[(0, 5, 1), (0, 3, 0), (2, 0, 2)]),
+                attach(0),
+                ask(0, 1, 0, "Bash"),
+                ok(),
+                chat(a, 0, 0, 0),
+                ok(),
+                ask(0, 0, 1, "Bash"),
+                ok(),
+                always(0, 1 << 2),
+                ok(),
+                ask(0, 1, 0, "Bash"),
+                ok(),
+                ask(0, 2, 1, "Bash"),
+                ok(),
+                ask(0, 0, 3, "Bash"),
+                ok(),
+                ask(0, 1, 4, "Bash"),
+                ok(),
+                msg(a, 0, 0, Body::No(1), Rel::None),
+                ok(),
+                ask(0, 2, 0, "Write"),
+                ok(),
+                always(2, 0),
+                ok(),
+                policy(0, 0, &[(0, 5, 2)]),
+                ask(0, 0, 0, "Bash"),
+                ok(),
+            ],
+        ),
+        (
+            // A with Ann and Carl approving and `!r2` its policy room: rule 1 allows
+            // `cargo test*` (told in !r2), rule 2 asks both for any other Bash
+            // request. fghij: Ann's yes counts (1 of 2), her second yes counts
+            // once, Carl's yes allows it. kmnop: Ann's 👍 settles and counts, Carl's
+            // yes allows it; kmnop again: Carl's no denies it at once. abcde: Ann's
+            // and Carl's 👍 in one window allow it. fghij again: Ann's `always`
+            // counts without a grant, Carl's 👎 settles and denies.
+            "policy-ask-two-approvers",
+            vec![
+                policy(0, 1 | (1 << 1), &[(0, 1, 0), (0, 0, 6)]),
+                attach(0),
+                chat(a, 0, 0, 0),
+                ok(),
+                ask(0, 0, 0, "Bash"),
+                ok(),
+                request(0, 1),
+                ok(),
+                answer(0, Body::Yes(1)),
+                answer(0, Body::Yes(1)),
+                answer(1, Body::Yes(1)),
+                ok(),
+                request(0, 2),
+                ok(),
+                react(a, 0, Ref::prompt(0), 0),
+                Op::ToDeadline { before: false },
+                answer(1, Body::Yes(2)),
+                ok(),
+                request(0, 2),
+                ok(),
+                answer(1, Body::No(2)),
+                ok(),
+                request(0, 0),
+                ok(),
+                react(a, 0, Ref::prompt(0), 0),
+                react(a, 1, Ref::prompt(0), 3),
+                Op::ToDeadline { before: false },
+                ok(),
+                request(0, 1),
+                ok(),
+                msg(
+                    a,
+                    0,
+                    0,
+                    Body::Grant { rid: 1, how: 0 },
+                    Rel::Reply {
+                        target: Ref::prompt(0),
+                        resolved: true,
+                    },
+                ),
+                react(a, 1, Ref::prompt(0), 4),
+                Op::ToDeadline { before: false },
+                ok(),
+            ],
+        ),
+        (
+            // B (S3 in its attach grace, the permission room !rb) with Carl as a
+            // second approver: rule 1 denies any tool's input with `curl`, rule 2
+            // allows `cargo test*`; both answers are told in !rb and delivered
+            // when the grace ends.
+            "policy-answers-a-session-in-its-grace",
+            vec![
+                policy(1, 1, &[(1, 2, 1), (0, 1, 0)]),
+                attach(2),
+                ask(2, 0, 2, "Bash"),
+                ask(2, 1, 1, "Bash"),
+                Op::ToDeadline { before: false },
+                ok(),
+                ok(),
+            ],
+        ),
+        (
             "cap-eviction-and-supersede",
             vec![
                 attach(0),
@@ -1142,7 +1290,7 @@ mod tests {
     use std::path::Path;
 
     #[test]
-    fn the_core_seeds_reach_verdicts_replays_edits_expiry_the_agents_writes_rooms_restarts_session_rooms_and_grants(
+    fn the_core_seeds_reach_verdicts_replays_edits_expiry_the_agents_writes_rooms_restarts_session_rooms_grants_and_policies(
     ) {
         let mut total = Reached::default();
         for (name, ops) in core() {
@@ -1211,6 +1359,20 @@ mod tests {
             ),
             ("grants revoked", total.grants_revoked),
             ("approvers' grant commands", total.grant_commands),
+            ("requests a rule matched", total.rule_matched),
+            ("requests a rule allowed", total.rule_allows),
+            ("requests a rule denied", total.rule_denies),
+            ("requests an ask rule asked", total.rule_asks),
+            ("rules' answers told nowhere", total.rule_answers_untold),
+            (
+                "rules' answers in a policy room",
+                total.rule_answers_in_policy_room,
+            ),
+            ("grants a rule overruled", total.grants_overruled),
+            ("grants an ask rule refused", total.grants_refused_by_rule),
+            ("allows counted short of a quorum", total.quorum_counts),
+            ("quorums of two met", total.quorums_met),
+            ("quorums of two denied", total.quorums_denied),
         ] {
             assert!(n > 0, "no seed reaches {what}");
         }
