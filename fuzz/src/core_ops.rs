@@ -1637,6 +1637,12 @@ pub struct World {
     /// the core counts are at least these ([`World::sure_allows`]), and at most
     /// [`World::possible_allows`].
     surely: BTreeMap<(usize, EventId), BTreeSet<UserId>>,
+    /// The step at which each prompt (identity, message) was last withdrawn (its
+    /// session's stream closed) or opened again: the votes settling at a withdrawal were dropped, and
+    /// those that came while it was withdrawn counted for nothing, so a reaction up
+    /// to then is not surely counted (one that settled before a withdrawal still is,
+    /// in the core: a lower bound here).
+    prompt_withdrawals: BTreeMap<(usize, EventId), usize>,
     /// The first grant of the world's record that covers the permission request
     /// being handled, when the request reaches the grants (its session attached,
     /// a room for its prompt): the one grant that must answer it.
@@ -1946,6 +1952,7 @@ impl World {
             auto_answer: None,
             ruling: None,
             surely: BTreeMap::new(),
+            prompt_withdrawals: BTreeMap::new(),
             grants: [Vec::new(), Vec::new()],
             next_grant: [0, 0],
             text_allows: Vec::new(),
@@ -4760,6 +4767,8 @@ impl World {
                         .identity(identity)
                         .and_then(|st| st.sessions().get(&rec.session).copied())
                         .is_some_and(|phase| phase != mc_model::SessionPhase::Detached);
+                    self.prompt_withdrawals
+                        .insert((ident, event_id.clone()), self.step);
                     assert_eq!(
                         attached, reopened,
                         "prompt {event_id} shown withdrawn while its session is attached, or \
@@ -5012,6 +5021,11 @@ impl World {
                         .verdict_devices
                         .admits(e.device())
                         .is_ok()
+                    // Votes up to its last withdrawal or re-opening were dropped.
+                    && self
+                        .prompt_withdrawals
+                        .get(&(ident, message.clone()))
+                        .is_none_or(|at| e.step > *at)
                     && matches!(&e.kind, EvKind::Reaction { target, key }
                         if *target == message && self.keys.classify(key).is_some())
             })
@@ -5205,6 +5219,10 @@ impl World {
                         && config.gate(&e.who) == Gate::Approver
                         && config.verdict_devices.admits(e.device()).is_ok()
                         && !self.withdrawn.contains_key(&(i, e.id.clone()))
+                        && self
+                            .prompt_withdrawals
+                            .get(&(i, rec.message.clone()))
+                            .is_none_or(|at| e.step > *at)
                         && matches!(&e.kind, EvKind::Reaction { target, key }
                             if *target == rec.message
                                 && self.keys.classify(key) == Some(Behavior::Allow))

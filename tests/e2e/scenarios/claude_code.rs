@@ -1094,3 +1094,54 @@ async fn newest_a_policy_denies_unasked_and_needs_two_approvers_where_a_rule_say
     assert_eq!(result["content"].as_str(), Some(NO_OUTPUT), "{result}");
     assert!(file.exists(), "two approvers allowed it");
 }
+
+/// Issue 27, withdrawn prompts (docs/decisions/0030-withdrawn-prompts.md): Claude
+/// Code exits (SIGTERM) while its Bash prompt waits; its event stream closes, the
+/// prompt message is edited to say it is withdrawn, and an answer to it gets a notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_a_prompt_of_a_claude_code_that_exits_is_withdrawn_and_an_answer_is_told_so() {
+    let f = Fixture::start(|_| {}).await;
+    let model = FakeModel::start().await;
+    let mut claude = Claude::start(NEWEST, &f.server, IDENTITY, &model).await;
+    let work = claude.workdir();
+    let marker = format!("withdrawn-{}", random_suffix());
+    let (file, _) = ask_for_bash_touch(&f, &model, &work, &marker, "Touch it").await;
+    let (prompt, id) = prompt_containing(&f, &marker).await;
+    let prompt_id = prompt["event_id"].as_str().expect("an event id").to_owned();
+
+    claude.stop().await;
+    let bot = f.bot.user_id.clone();
+    let edit = f
+        .human
+        .wait_for_event(&f.room, "the withdrawal edit", |e| {
+            e["sender"] == bot.as_str()
+                && e["content"]["m.relates_to"]["rel_type"] == "m.replace"
+                && e["content"]["m.relates_to"]["event_id"] == prompt_id.as_str()
+        })
+        .await;
+    assert_eq!(
+        edit["content"]["m.new_content"]["body"],
+        format!(
+            "⏸ Withdrawn: permission request {id} (Bash). The session that asked \
+             disconnected, so an answer here counts for nothing. This prompt opens again \
+             if the session connects again."
+        ),
+        "{edit}"
+    );
+
+    let yes = f.human.send_text(&f.room, &format!("yes {id}")).await;
+    let notice = f
+        .human
+        .wait_for_event(&f.room, "the notice on the answer", |e| {
+            e["sender"] == bot.as_str()
+                && e["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] == yes.as_str()
+        })
+        .await;
+    assert!(
+        notice["content"]["body"]
+            .as_str()
+            .is_some_and(|b| b.starts_with(&format!("Permission request {id} is withdrawn: "))),
+        "{notice}"
+    );
+    assert!(!file.exists(), "nothing ran");
+}
