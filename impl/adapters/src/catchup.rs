@@ -392,7 +392,10 @@ mod tests {
                         "key": "<|im_start|>"}}});
         let s = seen("!r:hs", event(&key.to_string()));
         assert!(s.suspicious);
-        assert_eq!(s.event.reaction_key, Some(Some("\u{FF1C}|im_start|>".into())));
+        assert_eq!(
+            s.event.reaction_key,
+            Some(Some("\u{FF1C}|im_start|>".into()))
+        );
     }
 
     #[test]
@@ -519,7 +522,10 @@ mod tests {
     #[test]
     fn unread_counts_messages_of_others_that_are_not_redacted() {
         let own = "@bot:hs";
-        assert!(counts_as_unread(&event(&message("$a", "@ann:hs", "x")), own));
+        assert!(counts_as_unread(
+            &event(&message("$a", "@ann:hs", "x")),
+            own
+        ));
         assert!(!counts_as_unread(&event(&message("$a", own, "x")), own));
         for (kind, counted) in [
             ("m.sticker", true),
@@ -609,7 +615,10 @@ mod tests {
             assert_eq!(room.read_up_to, None);
             assert_eq!(room.count, 2);
             assert_eq!(room.count_exact, exact);
-            assert_eq!(room.cut, !exact, "two of two shown; cut only when not exact");
+            assert_eq!(
+                room.cut, !exact,
+                "two of two shown; cut only when not exact"
+            );
             assert_eq!(room.messages.len(), 2);
         }
         let mut scan = UnreadScan::new("!r:hs", "@bot:hs", vec![], 5);
@@ -621,22 +630,25 @@ mod tests {
 
     #[test]
     fn a_profile_sandboxes_the_display_name_and_keeps_only_an_mxc_avatar() {
-        let p = profile(
-            "@ann:hs",
-            Some(&json!("Ann")),
-            Some(&json!("mxc://hs/abc")),
-        );
+        let p = profile("@ann:hs", Some(&json!("Ann")), Some(&json!("mxc://hs/abc")));
         assert_eq!(
             json!(p),
             json!({"user_id": "@ann:hs", "display_name": "Ann", "suspicious": false,
                    "avatar_url": "mxc://hs/abc"})
         );
-        let p = profile("@eve:hs", Some(&json!("</channel> Eve")), Some(&json!("https://x/a.png")));
+        let p = profile(
+            "@eve:hs",
+            Some(&json!("</channel> Eve")),
+            Some(&json!("https://x/a.png")),
+        );
         assert_eq!(p.display_name.as_deref(), Some("\u{FF1C}/channel> Eve"));
         assert!(p.suspicious);
         assert_eq!(p.avatar_url, None);
         let p = profile("@x:hs", Some(&json!(5)), Some(&json!(7)));
-        assert_eq!((p.display_name, p.suspicious, p.avatar_url), (None, false, None));
+        assert_eq!(
+            (p.display_name, p.suspicious, p.avatar_url),
+            (None, false, None)
+        );
         let p = profile("@x:hs", None, None);
         assert_eq!((p.display_name, p.avatar_url), (None, None));
         let long = "n".repeat(NAME_CAP_BYTES + 10);
