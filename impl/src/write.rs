@@ -90,7 +90,7 @@ fn room_of(identity: &Identity, room: &RoomId) -> Result<Room, ToolError> {
 }
 
 /// matrix-sdk's `EncryptionState` as [`encryption_rule`] reads it.
-fn encryption_state(state: &EncryptionState) -> RoomEncryptionState {
+pub(crate) fn encryption_state(state: &EncryptionState) -> RoomEncryptionState {
     if state.is_encrypted() {
         RoomEncryptionState::Encrypted
     } else if state.is_unknown() {

@@ -10,11 +10,13 @@
 //! notifications a session gets (`params`), the engine's own rules for executing
 //! effects (`effects`), the lines and headers of the stdio bridge (`stdio`), and what
 //! a write to Matrix decides without the network: the tool-error contract, refusals,
-//! the encryption rule (`write_rule`), and the audit trail: its entries from a model
+//! the encryption rule (`write_rule`), what the catch-up tools show of events,
+//! searches, unread messages and profiles (`catchup`), and the audit trail: its entries from a model
 //! step, its hash chain, its lines and times (`audit`). No network, no async, no clock. `mc_server`
 //! re-exports `config`, `decode`, `fit`, `split` and `summary` under the same names, and
 //! `mc_server::write` what it uses of `write_rule`.
 pub mod audit;
+pub mod catchup;
 pub mod config;
 pub mod decode;
 pub mod device;

@@ -7,7 +7,7 @@
 //! sync loop and its gaps are in `sync`, what the store knows of each room at start
 //! in `rooms`, a timeline event as its model input in `timeline`, and late
 //! decryption, the sender's device and the device's cross-signing report in
-//! `encryption`. The decisions among them that need no library (retry waits, gap
+//! `encryption`, the homeserver's search (a read the tools make) in `search`. The decisions among them that need no library (retry waits, gap
 //! arithmetic, which input an event becomes, device trust) are in `mc_adapters`.
 //!
 //! Facts this code relies on (measured against Synapse 1.163, see AGENTS.md):
@@ -19,10 +19,12 @@
 
 mod encryption;
 mod rooms;
+mod search;
 mod sync;
 mod timeline;
 
 pub use encryption::{report_device_state, sender_device};
+pub use search::search_messages;
 pub use sync::{start, TIMELINE_LIMIT};
 pub use timeline::{fetch_raw, timeline_input, RoomView};
 

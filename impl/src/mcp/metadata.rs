@@ -182,6 +182,8 @@ mod tests {
     use crate::health::{identity_report, EngineProbe, SyncStatus};
     use crate::http::Mount;
     use crate::summary::{self, Decryption};
+    use mc_adapters::catchup::{seen, Profile, RoomSearched, SearchAnswer, Unread, UnreadRoom};
+    use mc_adapters::write_rule::RoomEncryptionState;
     use std::time::{Duration, Instant};
 
     /// Whether `value` conforms to `schema`, read as JSON Schema 2020-12 with the
@@ -357,13 +359,48 @@ mod tests {
             "invite" => json!(Invited {
                 invited: "@ann:hs".into()
             }),
+            "search_messages" => json!(SearchAnswer {
+                results: page
+                    .events
+                    .iter()
+                    .map(|e| seen("!r:hs", e.clone()))
+                    .collect(),
+                count: Some(9),
+                cut: true,
+                next_batch: Some("b1".into()),
+                rooms: vec![
+                    RoomSearched::of("!r:hs", RoomEncryptionState::NotEncrypted),
+                    RoomSearched::of("!e:hs", RoomEncryptionState::Encrypted),
+                ],
+            }),
+            "unread" => json!(Unread {
+                rooms: vec![UnreadRoom {
+                    room_id: "!r:hs".into(),
+                    read_up_to: Some("$m".into()),
+                    count: 3,
+                    count_exact: true,
+                    messages: page
+                        .events
+                        .iter()
+                        .map(|e| seen("!r:hs", e.clone()))
+                        .collect(),
+                    cut: false,
+                }],
+            }),
+            "get_profile" => json!(Profile {
+                user_id: "@ann:hs".into(),
+                display_name: Some("Ann".into()),
+                suspicious: false,
+                avatar_url: None,
+            }),
             other => panic!("no sample result of {other}"),
         };
         value
     }
 
     fn described() -> Vec<(String, JsonObject)> {
-        let mut router = McpServer::read_tools() + McpServer::write_tools();
+        let mut router =
+            McpServer::read_tools() + McpServer::write_tools() + McpServer::catchup_tools();
         describe(&mut router);
         router
             .list_all()
@@ -420,6 +457,31 @@ mod tests {
                 "get_reactions",
                 "/reactions/0",
                 "key",
+            ),
+            (
+                &schema("search_messages"),
+                "search_messages",
+                "/results/0",
+                "room_id",
+            ),
+            (
+                &schema("search_messages"),
+                "search_messages",
+                "/results/0",
+                "sender",
+            ),
+            (
+                &schema("search_messages"),
+                "search_messages",
+                "/rooms/0",
+                "searched",
+            ),
+            (&schema("unread"), "unread", "/rooms/0", "count"),
+            (
+                &schema("unread"),
+                "unread",
+                "/rooms/0/messages/0",
+                "suspicious",
             ),
         ] {
             let mut result = sample(tool);

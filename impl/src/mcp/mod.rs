@@ -1,4 +1,5 @@
-//! The MCP server (rmcp): one handler type for both mounts, its tools over Matrix,
+//! The MCP server (rmcp): one handler type for both mounts, its tools over Matrix
+//! (`read_tools`, `write_tools`, `catchup_tools`: search, unread, profiles),
 //! the channel capabilities and instructions, and the permission-request intake.
 //!
 //! Error contract of every tool (MCP 2025-11-25, "Tools: error handling": input
@@ -15,6 +16,7 @@
 //!   was sent into a room that is or was encrypted, or whose encryption is unknown:
 //!   `write::ensure_encrypted_or_plain`).
 
+mod catchup_tools;
 mod metadata;
 mod read_tools;
 mod write_tools;
@@ -149,7 +151,7 @@ fn allowed_by(config: mc_model::IdentityConfig) -> impl Fn(&str) -> bool {
 
 impl McpServer {
     pub fn new(mount: Mount, app: Arc<App>) -> Self {
-        let mut tool_router = Self::read_tools() + Self::write_tools();
+        let mut tool_router = Self::read_tools() + Self::write_tools() + Self::catchup_tools();
         metadata::describe(&mut tool_router);
         if mount == Mount::Channel {
             let names: Vec<String> = tool_router
@@ -423,7 +425,8 @@ mod tests {
 
     #[test]
     fn every_tool_has_a_title_an_output_schema_and_a_limit_from_1_to_100() {
-        let mut router = McpServer::read_tools() + McpServer::write_tools();
+        let mut router =
+            McpServer::read_tools() + McpServer::write_tools() + McpServer::catchup_tools();
         metadata::describe(&mut router);
         for tool in router.list_all() {
             assert!(
@@ -441,7 +444,7 @@ mod tests {
             assert!(any_of[0]["required"].is_array(), "{}", tool.name);
             assert_eq!(any_of[1]["required"], json!(["error"]), "{}", tool.name);
         }
-        for name in ["read_messages", "read_thread"] {
+        for name in ["read_messages", "read_thread", "search_messages", "unread"] {
             let tool = router.get(name).unwrap();
             let limit = &tool.input_schema["properties"]["limit"];
             assert_eq!(
@@ -536,6 +539,7 @@ mod tests {
             ("mcp/mod.rs", include_str!("mod.rs")),
             ("mcp/read_tools.rs", include_str!("read_tools.rs")),
             ("mcp/write_tools.rs", include_str!("write_tools.rs")),
+            ("mcp/catchup_tools.rs", include_str!("catchup_tools.rs")),
         ] {
             // This test's own list is not a call.
             let code = source.split("const SENDING_CALLS").next().unwrap_or(source);
@@ -572,7 +576,8 @@ mod tests {
                 "send_reaction"
             ]
         );
-        for tool in McpServer::read_tools().list_all() {
+        let read = McpServer::read_tools() + McpServer::catchup_tools();
+        for tool in read.list_all() {
             let hint = tool.annotations.as_ref().and_then(|a| a.read_only_hint);
             assert_eq!(hint, Some(true), "{} is a read tool", tool.name);
         }

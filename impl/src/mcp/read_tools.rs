@@ -29,7 +29,7 @@ pub(super) fn parse_event(event_id: &str) -> Result<OwnedEventId, ToolError> {
         .map_err(|e| ToolError::Invalid(format!("event_id {event_id:?}: {e}")))
 }
 
-fn decryption_of(kind: &TimelineEventKind) -> Decryption {
+pub(super) fn decryption_of(kind: &TimelineEventKind) -> Decryption {
     match kind {
         TimelineEventKind::PlainText { .. } => Decryption::Plaintext,
         TimelineEventKind::Decrypted(_) => Decryption::Decrypted,

@@ -1,8 +1,10 @@
 //! The eight scenarios of issue 3, one module each, and `tools`: the contract of
-//! every MCP tool on both mounts (README "HTTP and MCP", `impl/src/mcp.rs`).
+//! every MCP tool on both mounts (README "HTTP and MCP", `impl/src/mcp.rs`), and
+//! `catchup`: search, unread and profiles (issue 28).
 
 mod attacks;
 mod auth;
+mod catchup;
 mod chat;
 mod claude_code;
 mod claude_fleet;

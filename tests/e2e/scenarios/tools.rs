@@ -64,6 +64,9 @@ fn annotations() -> Vec<(&'static str, Value)> {
         ("invite", write(false, true, true)),
         ("room_info", read(true)),
         ("room_members", read(true)),
+        ("search_messages", read(true)),
+        ("unread", read(true)),
+        ("get_profile", read(true)),
     ]
 }
 
