@@ -61,8 +61,8 @@ pub enum Phase {
         votes: Vec<(EventId, Vote)>,
     },
     /// Posted as `message`, unanswered, and withdrawn: the session that asked
-    /// disconnected (`Input::Detach`: its stream closed), or it was not attached
-    /// when the post completed. Not answerable: a verdict or vote for it gets a
+    /// disconnected (`Input::Detach`: its stream closed), before or while it was
+    /// being posted, and has not attached since. Not answerable: a verdict or vote for it gets a
     /// notice ([`DropReason::PromptWithdrawn`]). It is `Pending` again when the
     /// session attaches, and expires at its time like a pending prompt
     /// (docs/decisions/0030-withdrawn-prompts.md).
