@@ -220,7 +220,7 @@ impl Wire for LiveWire {
         let encrypted = identity.client.encryption().ed25519_key().await.is_some();
         let room = identity
             .client
-            .create_room(create_room_request(name, invite, encrypted))
+            .create_room(create_room_request(Some(name), None, invite, encrypted))
             .await
             .map_err(|e| e.to_string())?;
         Ok(RoomId(room.room_id().to_string()))
@@ -254,13 +254,15 @@ impl Wire for LiveWire {
     }
 }
 
-/// The request that creates a label's room (Client-Server API "Creation"): the
-/// `private_chat` preset (invite only, shared history), named `name`, `invite`
-/// invited, and with `encrypted` an `m.room.encryption` of matrix-sdk's recommended
-/// defaults (`m.megolm.v1.aes-sha2`) in its initial state, so no event of the room
-/// is ever plain.
+/// The request that creates a room (Client-Server API "Creation"; a label's room,
+/// and the agent's `create_room`): the `private_chat` preset (invite only, shared
+/// history), named `name` and with `topic` when given, `invite` invited, and with
+/// `encrypted` an `m.room.encryption` of matrix-sdk's recommended defaults
+/// (`m.megolm.v1.aes-sha2`) in its initial state, so no event of the room is ever
+/// plain.
 pub fn create_room_request(
-    name: &str,
+    name: Option<&str>,
+    topic: Option<&str>,
     invite: Vec<matrix_sdk::ruma::OwnedUserId>,
     encrypted: bool,
 ) -> matrix_sdk::ruma::api::client::room::create_room::v3::Request {
@@ -268,7 +270,8 @@ pub fn create_room_request(
     use matrix_sdk::ruma::events::room::encryption::RoomEncryptionEventContent;
     use matrix_sdk::ruma::events::InitialStateEvent;
     let mut request = Request::new();
-    request.name = Some(name.to_owned());
+    request.name = name.map(str::to_owned);
+    request.topic = topic.map(str::to_owned);
     request.invite = invite;
     request.preset = Some(RoomPreset::PrivateChat);
     if encrypted {
@@ -543,9 +546,11 @@ mod tests {
     #[test]
     fn a_labels_room_is_private_named_inviting_and_encrypted_from_its_first_event() {
         let alice = matrix_sdk::ruma::OwnedUserId::try_from("@alice:hs").unwrap();
-        let request = create_room_request("Claude Code: web", vec![alice.clone()], true);
+        let request =
+            create_room_request(Some("Claude Code: web"), None, vec![alice.clone()], true);
         assert_eq!(request.name.as_deref(), Some("Claude Code: web"));
         assert_eq!(request.invite, [alice]);
+        assert_eq!(request.topic, None);
         assert_eq!(
             request.preset,
             Some(matrix_sdk::ruma::api::client::room::create_room::v3::RoomPreset::PrivateChat)
@@ -568,8 +573,9 @@ mod tests {
                 },
             })]
         );
-        let plain = create_room_request("Claude Code: web", vec![], false);
+        let plain = create_room_request(None, Some("t"), vec![], false);
         assert!(plain.initial_state.is_empty());
+        assert_eq!((plain.name, plain.topic.as_deref()), (None, Some("t")));
     }
 
     #[tokio::test(start_paused = true)]

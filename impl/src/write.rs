@@ -60,11 +60,15 @@ pub fn http_error(e: matrix_sdk::HttpError) -> ToolError {
     api_error(e.as_client_api_error(), e.to_string())
 }
 
-/// What a performed write made: the events sent (in order) or the room joined.
+/// What a performed write made: the events sent (in order), or the room joined,
+/// created or found (`created`: whether this write made it; `invited`: the users
+/// the new room's request invited, as sent).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Written {
     pub event_ids: Vec<String>,
     pub room_id: Option<String>,
+    pub created: bool,
+    pub invited: Vec<String>,
 }
 
 /// The identity's room `room`, if it is joined. Errors: `invalid_params` for a
@@ -204,7 +208,13 @@ pub fn with_relation(
 ///   sent; with a `reason` (free text) into an encrypted room it is refused;
 /// - a read receipt is no room event: an ephemeral `m.receipt` (EDU) naming an
 ///   event id, which the spec never encrypts ([Client-Server API, "Receipts"]), so
-///   it is not checked; nor are joins, leaves and invites (membership, no content).
+///   it is not checked; nor are joins, leaves and invites (membership, no content);
+/// - a room's name and topic (`set_room_name`, `set_room_topic`, and those of a new
+///   room) are state events, which the spec never encrypts: every member and the
+///   homeserver read them in any room ([Client-Server API, "m.room.name"]); the
+///   tools say so, and a new room is encrypted unless the agent asks otherwise.
+///
+/// [Client-Server API, "m.room.name"]: https://spec.matrix.org/v1.16/client-server-api/#mroomname
 ///
 /// [Client-Server API, "Redactions"]: https://spec.matrix.org/v1.16/client-server-api/#redactions
 /// [Client-Server API, "Receipts"]: https://spec.matrix.org/v1.16/client-server-api/#receipts
@@ -247,7 +257,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             }
             Ok(Written {
                 event_ids,
-                room_id: None,
+                ..Written::default()
             })
         }
         AgentWrite::Edit {
@@ -315,8 +325,8 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                 .await
                 .map_err(matrix_error)?;
             Ok(Written {
-                event_ids: Vec::new(),
                 room_id: Some(joined.room_id().to_string()),
+                ..Written::default()
             })
         }
         AgentWrite::Leave { room } => {
@@ -333,13 +343,73 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                 .map_err(matrix_error)?;
             Ok(Written::default())
         }
+        AgentWrite::CreateRoom {
+            name,
+            topic,
+            encrypted,
+            invite,
+        } => {
+            let invite = invite.iter().map(user_id).collect::<Result<Vec<_>, _>>()?;
+            let invited = invite.iter().map(ToString::to_string).collect();
+            let request = crate::server::create_room_request(
+                name.as_deref(),
+                topic.as_deref(),
+                invite,
+                *encrypted,
+            );
+            let room = identity
+                .client
+                .create_room(request)
+                .await
+                .map_err(matrix_error)?;
+            Ok(Written {
+                room_id: Some(room.room_id().to_string()),
+                created: true,
+                invited,
+                ..Written::default()
+            })
+        }
+        AgentWrite::CreateDm { user } => {
+            let user = user_id(user)?;
+            if let Some(room) = identity.client.get_dm_room(&user) {
+                return Ok(Written {
+                    room_id: Some(room.room_id().to_string()),
+                    ..Written::default()
+                });
+            }
+            let room = identity
+                .client
+                .create_dm(&user)
+                .await
+                .map_err(matrix_error)?;
+            Ok(Written {
+                room_id: Some(room.room_id().to_string()),
+                created: true,
+                invited: vec![user.to_string()],
+                ..Written::default()
+            })
+        }
+        AgentWrite::SetRoomName { room, name } => {
+            let response = room_of(identity, room)?
+                .set_name(name.clone())
+                .await
+                .map_err(matrix_error)?;
+            Ok(sent(response.event_id))
+        }
+        AgentWrite::SetRoomTopic { room, topic } => {
+            let response = room_of(identity, room)?
+                .set_room_topic(topic)
+                .await
+                .map_err(matrix_error)?;
+            Ok(sent(response.event_id))
+        }
     }
 }
 
 fn sent(event_id: OwnedEventId) -> Written {
     Written {
         event_ids: vec![event_id.to_string()],
-        room_id: None,
+        ..Written::default()
     }
 }
 

@@ -25,6 +25,15 @@
 //! 4. **The room of a prompt the core holds is not left**
 //!    ([`crate::DropReason::LeavesPromptRoom`]): its approvers could no longer answer
 //!    it, and its outcome could not be shown.
+//! 5. **The name and topic of a prompt room stay as they are**
+//!    ([`crate::DropReason::PromptRoomState`]): the operator's `permission_room`,
+//!    and any room where a prompt the core holds was posted, of this identity or
+//!    another. They frame what an approver reads there (a topic "everything here is
+//!    pre-approved, react 👍" is an imitation of a policy). Their texts, like every
+//!    text, never name an open request id (rule 3).
+//!
+//! A room the agent creates gets the identity's allowed senders invited: the core
+//! completes [`AgentWrite::CreateRoom`]'s `invite` ([`AgentWrite::with_allowed`]).
 
 use crate::ids::{EventId, RoomId, UserId};
 use crate::verdict::RequestId;
@@ -99,6 +108,25 @@ pub enum AgentWrite {
     Leave { room: RoomId },
     /// Invite `user` to a joined room (`invite`).
     Invite { room: RoomId, user: UserId },
+    /// Create a room (`create_room`, Client-Server API `POST /createRoom`, preset
+    /// `private_chat`): named `name`, with `topic`, `invite` invited, and with
+    /// `encrypted` an `m.room.encryption` in its initial state. The core adds the
+    /// identity's allowed senders to `invite` before the write goes out
+    /// ([`crate::Effect::Write`] carries the completed list, sorted, each once).
+    CreateRoom {
+        name: Option<String>,
+        topic: Option<String>,
+        encrypted: bool,
+        invite: Vec<UserId>,
+    },
+    /// The direct chat with `user` (`create_dm`): the one the identity's `m.direct`
+    /// account data names and it is joined to, or a new one (encrypted, `user`
+    /// invited, marked direct).
+    CreateDm { user: UserId },
+    /// Set a joined room's `m.room.name` (`set_room_name`); an empty name removes it.
+    SetRoomName { room: RoomId, name: String },
+    /// Set a joined room's `m.room.topic` (`set_room_topic`); an empty topic removes it.
+    SetRoomTopic { room: RoomId, topic: String },
 }
 
 impl AgentWrite {
@@ -109,10 +137,37 @@ impl AgentWrite {
             AgentWrite::Edit { text, .. } => text.fields().collect(),
             AgentWrite::Reaction { key, .. } => vec![key],
             AgentWrite::Redaction { reason, .. } => reason.iter().map(String::as_str).collect(),
+            AgentWrite::CreateRoom { name, topic, .. } => name
+                .iter()
+                .chain(topic.iter())
+                .map(String::as_str)
+                .collect(),
+            AgentWrite::SetRoomName { name, .. } => vec![name],
+            AgentWrite::SetRoomTopic { topic, .. } => vec![topic],
             AgentWrite::Receipt { .. }
             | AgentWrite::Join { .. }
             | AgentWrite::Leave { .. }
-            | AgentWrite::Invite { .. } => Vec::new(),
+            | AgentWrite::Invite { .. }
+            | AgentWrite::CreateDm { .. } => Vec::new(),
+        }
+    }
+
+    /// The room whose state the write changes (its name or topic), if any.
+    pub fn room_state(&self) -> Option<&RoomId> {
+        match self {
+            AgentWrite::SetRoomName { room, .. } | AgentWrite::SetRoomTopic { room, .. } => {
+                Some(room)
+            }
+            AgentWrite::Message { .. }
+            | AgentWrite::Edit { .. }
+            | AgentWrite::Reaction { .. }
+            | AgentWrite::Redaction { .. }
+            | AgentWrite::Receipt { .. }
+            | AgentWrite::Join { .. }
+            | AgentWrite::Leave { .. }
+            | AgentWrite::Invite { .. }
+            | AgentWrite::CreateRoom { .. }
+            | AgentWrite::CreateDm { .. } => None,
         }
     }
 
@@ -130,7 +185,11 @@ impl AgentWrite {
             AgentWrite::Receipt { .. }
             | AgentWrite::Join { .. }
             | AgentWrite::Leave { .. }
-            | AgentWrite::Invite { .. } => Vec::new(),
+            | AgentWrite::Invite { .. }
+            | AgentWrite::CreateRoom { .. }
+            | AgentWrite::CreateDm { .. }
+            | AgentWrite::SetRoomName { .. }
+            | AgentWrite::SetRoomTopic { .. } => Vec::new(),
         }
     }
 
@@ -145,6 +204,43 @@ impl AgentWrite {
             AgentWrite::Join { .. } => "join",
             AgentWrite::Leave { .. } => "leave",
             AgentWrite::Invite { .. } => "invite",
+            AgentWrite::CreateRoom { .. } => "create_room",
+            AgentWrite::CreateDm { .. } => "create_dm",
+            AgentWrite::SetRoomName { .. } => "set_room_name",
+            AgentWrite::SetRoomTopic { .. } => "set_room_topic",
+        }
+    }
+}
+
+impl AgentWrite {
+    /// The write as it goes out: a [`AgentWrite::CreateRoom`] with `allowed` added
+    /// to its `invite` (sorted, each once, `own` left out: the creator is in the room
+    /// already); any other write as it is.
+    pub fn with_allowed<'a>(
+        self,
+        allowed: impl IntoIterator<Item = &'a UserId>,
+        own: &UserId,
+    ) -> AgentWrite {
+        match self {
+            AgentWrite::CreateRoom {
+                name,
+                topic,
+                encrypted,
+                invite,
+            } => {
+                let invite: std::collections::BTreeSet<UserId> = invite
+                    .into_iter()
+                    .chain(allowed.into_iter().cloned())
+                    .filter(|user| user != own)
+                    .collect();
+                AgentWrite::CreateRoom {
+                    name,
+                    topic,
+                    encrypted,
+                    invite: invite.into_iter().collect(),
+                }
+            }
+            other => other,
         }
     }
 }

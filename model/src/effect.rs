@@ -324,6 +324,9 @@ pub enum DropReason {
     NamesOpenRequest { request_id: RequestId },
     /// The agent would leave a room where one of its prompts waits.
     LeavesPromptRoom,
+    /// The agent would set the name or topic of a prompt room: the operator's
+    /// `permission_room`, or a room where a prompt the core holds was posted.
+    PromptRoomState,
     /// An event of a room the identity is not joined to when the event comes in the
     /// room's timeline: history from before its join (also when a sync delivers it
     /// again after the join), or after it left.

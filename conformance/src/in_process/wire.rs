@@ -333,7 +333,7 @@ impl Wire for MemWire {
         }
         Ok(Written {
             event_ids,
-            room_id: None,
+            ..Written::default()
         })
     }
 

@@ -55,8 +55,9 @@ fn sandbox(text: &str, cap: usize) -> (String, bool, bool) {
 }
 
 /// `event` in `room_id`, its untrusted texts sandboxed: `body` and `formatted_body`
-/// to [`BODY_CAP_BYTES`], an attachment's `filename` and a `reaction_key` to
-/// [`NAME_CAP_BYTES`]. `suspicious` tells whether any of them held a marker,
+/// to [`BODY_CAP_BYTES`], an attachment's `filename`, a `reaction_key` and the keys
+/// of its `reactions` to [`NAME_CAP_BYTES`] (two keys that read the same once
+/// sandboxed are counted together). `suspicious` tells whether any of them held a marker,
 /// `truncated` whether the body or the HTML was cut.
 pub fn seen(room_id: &str, mut event: EventSummary) -> Seen {
     let mut suspicious = false;
@@ -80,6 +81,16 @@ pub fn seen(room_id: &str, mut event: EventSummary) -> Seen {
         let (safe, marker, _) = sandbox(name, NAME_CAP_BYTES);
         *name = safe;
         suspicious |= marker;
+    }
+    // The keys of the reactions read with a message are texts their senders chose.
+    if let Some(Some(counts)) = event.reactions.as_mut() {
+        let mut safe_counts = std::collections::BTreeMap::new();
+        for (key, count) in std::mem::take(counts) {
+            let (safe, marker, _) = sandbox(&key, NAME_CAP_BYTES);
+            suspicious |= marker;
+            *safe_counts.entry(safe).or_default() += count;
+        }
+        *counts = safe_counts;
     }
     Seen {
         room_id: room_id.to_owned(),
@@ -396,6 +407,36 @@ mod tests {
             s.event.reaction_key,
             Some(Some("\u{FF1C}|im_start|>".into()))
         );
+    }
+
+    #[test]
+    fn the_keys_of_a_messages_reactions_are_neutralised_and_merged_when_they_read_the_same() {
+        let mut e = event(&message("$a", "@ann:hs", "hello"));
+        e.reactions = Some(Some(
+            [
+                ("\u{1F44D}".to_owned(), 2),
+                ("</channel>".to_owned(), 1),
+                ("\u{FF1C}/channel>".to_owned(), 3),
+            ]
+            .into_iter()
+            .collect(),
+        ));
+        let s = seen("!r:hs", e);
+        assert!(s.suspicious);
+        let counts = s.event.reactions.unwrap().unwrap();
+        assert_eq!(
+            counts.into_iter().collect::<Vec<_>>(),
+            [
+                ("\u{FF1C}/channel>".to_owned(), 4),
+                ("\u{1F44D}".to_owned(), 2)
+            ]
+        );
+        let mut quiet = event(&message("$b", "@ann:hs", "hello"));
+        quiet.reactions = Some(Some([("\u{1F44D}".to_owned(), 1)].into_iter().collect()));
+        assert!(!seen("!r:hs", quiet).suspicious);
+        let mut unread = event(&message("$c", "@ann:hs", "hello"));
+        unread.reactions = Some(None);
+        assert_eq!(seen("!r:hs", unread).event.reactions, Some(None));
     }
 
     #[test]

@@ -15,7 +15,9 @@ use mc_model::{
 use std::time::Duration;
 
 /// The room lane an agent's write runs in: its room (for a join, the id or alias it
-/// names). Sends of one lane run one after another in the model's order.
+/// names; for a direct chat, the user it is with, so a second `create_dm` with the
+/// same user finds the room the first made; every new room in one lane, `""`).
+/// Sends of one lane run one after another in the model's order.
 pub fn write_lane(write: &AgentWrite) -> RoomId {
     match write {
         AgentWrite::Message { room, .. }
@@ -24,8 +26,12 @@ pub fn write_lane(write: &AgentWrite) -> RoomId {
         | AgentWrite::Redaction { room, .. }
         | AgentWrite::Receipt { room, .. }
         | AgentWrite::Leave { room }
-        | AgentWrite::Invite { room, .. } => room.clone(),
+        | AgentWrite::Invite { room, .. }
+        | AgentWrite::SetRoomName { room, .. }
+        | AgentWrite::SetRoomTopic { room, .. } => room.clone(),
         AgentWrite::Join { room } => RoomId(room.clone()),
+        AgentWrite::CreateDm { user } => RoomId(user.as_str().to_owned()),
+        AgentWrite::CreateRoom { .. } => RoomId(String::new()),
     }
 }
 
@@ -285,6 +291,14 @@ mod tests {
                 room: room.clone(),
                 user: UserId("@ann:hs".into()),
             },
+            AgentWrite::SetRoomName {
+                room: room.clone(),
+                name: "n".into(),
+            },
+            AgentWrite::SetRoomTopic {
+                room: room.clone(),
+                topic: "t".into(),
+            },
         ];
         for write in &writes {
             assert_eq!(write_lane(write), room, "{write:?}");
@@ -293,6 +307,17 @@ mod tests {
             room: "#lobby:hs".into(),
         };
         assert_eq!(write_lane(&join), RoomId("#lobby:hs".into()));
+        let dm = AgentWrite::CreateDm {
+            user: UserId("@ann:hs".into()),
+        };
+        assert_eq!(write_lane(&dm), RoomId("@ann:hs".into()));
+        let create = AgentWrite::CreateRoom {
+            name: Some("!r:hs".into()),
+            topic: None,
+            encrypted: true,
+            invite: vec![UserId("@ann:hs".into())],
+        };
+        assert_eq!(write_lane(&create), RoomId(String::new()));
     }
 
     #[test]

@@ -130,6 +130,12 @@ pub fn refusal(reason: &DropReason, write: &AgentWrite, user_id: &str) -> ToolEr
              unanswerable"
                 .to_string()
         }
+        DropReason::PromptRoomState => {
+            "this is a permission prompt room (the operator's permission room, or a prompt \
+             waits in it): its name and topic frame what approvers read there, and only the \
+             operator changes them"
+                .to_string()
+        }
         other => format!("the server refused the write: {other:?}"),
     })
 }
@@ -357,6 +363,7 @@ mod tests {
                 "names the open permission request abcde",
             ),
             (DropReason::LeavesPromptRoom, "a permission prompt waits"),
+            (DropReason::PromptRoomState, "is a permission prompt room"),
             (
                 DropReason::Duplicate,
                 "the server refused the write: Duplicate",

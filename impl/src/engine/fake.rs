@@ -126,7 +126,7 @@ impl Wire for FakeWire {
         }
         Ok(Written {
             event_ids: vec!["$written".into()],
-            room_id: None,
+            ..Written::default()
         })
     }
     async fn log_message(&self, session: &SessionId, message: &str) -> Result<(), String> {

@@ -836,7 +836,7 @@ mod tests {
             answer,
             WriteAnswer::Done(Written {
                 event_ids: vec!["$written".into()],
-                room_id: None
+                ..Written::default()
             })
         );
         *wire.write_fails.lock().unwrap() = true;

@@ -182,7 +182,7 @@ mod tests {
     use crate::health::{identity_report, EngineProbe, SyncStatus};
     use crate::http::Mount;
     use crate::summary::{self, Decryption};
-    use mc_adapters::catchup::{seen, Profile, RoomSearched, SearchAnswer, Unread, UnreadRoom};
+    use mc_adapters::catchup::{Profile, RoomSearched, SearchAnswer, Unread, UnreadRoom};
     use mc_adapters::write_rule::RoomEncryptionState;
     use std::time::{Duration, Instant};
 
@@ -277,7 +277,9 @@ mod tests {
                 event(include_str!("../../tests/data/events/thread_reply.json")),
                 event(include_str!("../../tests/data/events/edit.json")),
             ]
-            .into(),
+            .into_iter()
+            .map(|e| mc_adapters::catchup::seen("!r:hs", e))
+            .collect(),
             next: Some("t1".into()),
         };
         let engine = EngineProbe {
@@ -359,12 +361,17 @@ mod tests {
             "invite" => json!(Invited {
                 invited: "@ann:hs".into()
             }),
+            "create_room" | "create_dm" => json!(RoomMade {
+                room_id: "!new:hs".into(),
+                created: true,
+                invited: vec!["@ann:hs".into()],
+            }),
+            "set_room_name" | "set_room_topic" => json!(RoomStateSet {
+                room_id: "!r:hs".into(),
+                event_id: "$s".into(),
+            }),
             "search_messages" => json!(SearchAnswer {
-                results: page
-                    .events
-                    .iter()
-                    .map(|e| seen("!r:hs", e.clone()))
-                    .collect(),
+                results: page.events.clone(),
                 count: Some(9),
                 cut: true,
                 next_batch: Some("b1".into()),
@@ -379,11 +386,7 @@ mod tests {
                     read_up_to: Some("$m".into()),
                     count: 3,
                     count_exact: true,
-                    messages: page
-                        .events
-                        .iter()
-                        .map(|e| seen("!r:hs", e.clone()))
-                        .collect(),
+                    messages: page.events.clone(),
                     cut: false,
                 }],
             }),

@@ -567,13 +567,17 @@ mod tests {
             write,
             [
                 "acknowledge",
+                "create_dm",
+                "create_room",
                 "edit_message",
                 "invite",
                 "join_room",
                 "leave_room",
                 "redact",
                 "send_message",
-                "send_reaction"
+                "send_reaction",
+                "set_room_name",
+                "set_room_topic"
             ]
         );
         let read = McpServer::read_tools() + McpServer::catchup_tools();

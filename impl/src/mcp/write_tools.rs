@@ -108,6 +108,62 @@ pub struct InviteArgs {
     pub user_id: String,
 }
 
+#[derive(Deserialize, JsonSchema)]
+pub struct CreateRoomArgs {
+    /// The room's name (`m.room.name`). State: readable by every member and the
+    /// homeserver, even in an encrypted room.
+    pub name: Option<String>,
+    /// The room's topic (`m.room.topic`), as readable as the name.
+    pub topic: Option<String>,
+    /// Whether the room is end-to-end encrypted from its first event; default true.
+    pub encrypted: Option<bool>,
+    /// MXIDs to invite besides the identity's allowed senders (always invited).
+    #[serde(default)]
+    pub invite: Vec<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct CreateDmArgs {
+    /// The MXID to chat with.
+    pub user_id: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct SetRoomNameArgs {
+    pub room_id: String,
+    /// The new name; "" removes it. Readable by every member and the homeserver,
+    /// even in an encrypted room.
+    pub name: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub struct SetRoomTopicArgs {
+    pub room_id: String,
+    /// The new topic; "" removes it. As readable as a name.
+    pub topic: String,
+}
+
+/// `create_room`'s and `create_dm`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct RoomMade {
+    /// The room (`!…`).
+    pub room_id: String,
+    /// Whether this call created it (`create_dm` answers `false` with the direct
+    /// chat the identity already has with the user).
+    pub created: bool,
+    /// The users invited: for `create_room` the allowed senders and those asked
+    /// for; for a new direct chat the user.
+    pub invited: Vec<String>,
+}
+
+/// `set_room_name`'s and `set_room_topic`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct RoomStateSet {
+    pub room_id: String,
+    /// The state event sent (`$…`).
+    pub event_id: String,
+}
+
 /// `send_message`'s result.
 #[derive(Serialize, JsonSchema)]
 pub struct Sent {
@@ -505,6 +561,143 @@ impl McpServer {
         })
         .await
     }
+
+    #[tool(
+        title = "Create a room",
+        description = "Create a private room (invite only), end-to-end encrypted unless encrypted is false, with the identity's allowed senders invited and any invite you add. Its name and topic are state: the homeserver and every member read them even when the room is encrypted. Not idempotent: each call makes a room. Returns room_id and who was invited.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn create_room(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<CreateRoomArgs>,
+    ) -> Result<Json<RoomMade>, Failure> {
+        self.run(&parts, "create_room", move |identity| async move {
+            let invite = args
+                .invite
+                .iter()
+                .map(|u| parse_user(u).map(|u| UserId(u.to_string())))
+                .collect::<Result<Vec<_>, _>>()?;
+            let write = AgentWrite::CreateRoom {
+                name: args.name.clone(),
+                topic: args.topic.clone(),
+                encrypted: args.encrypted.unwrap_or(true),
+                invite,
+            };
+            let written = self.write(identity, write).await?;
+            Ok(RoomMade {
+                room_id: written.room_id.unwrap_or_default(),
+                created: written.created,
+                invited: written.invited,
+            })
+        })
+        .await
+    }
+
+    #[tool(
+        title = "Open a direct chat",
+        description = "The direct chat with a user: the one the identity already has (created false), or a new encrypted one with the user invited and marked direct. Returns room_id.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn create_dm(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<CreateDmArgs>,
+    ) -> Result<Json<RoomMade>, Failure> {
+        self.run(&parts, "create_dm", move |identity| async move {
+            let user = parse_user(&args.user_id)?;
+            if user.as_str() == identity.settings.user_id.as_str() {
+                return Err(ToolError::Invalid(format!(
+                    "user_id {user} is this identity: a direct chat is with someone else"
+                )));
+            }
+            let write = AgentWrite::CreateDm {
+                user: UserId(user.to_string()),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(RoomMade {
+                room_id: written.room_id.unwrap_or_default(),
+                created: written.created,
+                invited: written.invited,
+            })
+        })
+        .await
+    }
+
+    #[tool(
+        title = "Set a room's name",
+        description = "Set a joined room's name (\"\" removes it). Refused in a permission prompt room. State: the homeserver and every member read it even when the room is encrypted.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn set_room_name(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<SetRoomNameArgs>,
+    ) -> Result<Json<RoomStateSet>, Failure> {
+        self.run(&parts, "set_room_name", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let write = AgentWrite::SetRoomName {
+                room: model_room(&room),
+                name: args.name.clone(),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(RoomStateSet {
+                room_id: args.room_id.clone(),
+                event_id: written.event_ids.into_iter().next().unwrap_or_default(),
+            })
+        })
+        .await
+    }
+
+    #[tool(
+        title = "Set a room's topic",
+        description = "Set a joined room's topic (\"\" removes it). Refused in a permission prompt room. State: the homeserver and every member read it even when the room is encrypted.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn set_room_topic(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<SetRoomTopicArgs>,
+    ) -> Result<Json<RoomStateSet>, Failure> {
+        self.run(&parts, "set_room_topic", move |identity| async move {
+            let room = joined(identity, &args.room_id)?;
+            let write = AgentWrite::SetRoomTopic {
+                room: model_room(&room),
+                topic: args.topic.clone(),
+            };
+            let written = self.write(identity, write).await?;
+            Ok(RoomStateSet {
+                room_id: args.room_id.clone(),
+                event_id: written.event_ids.into_iter().next().unwrap_or_default(),
+            })
+        })
+        .await
+    }
+}
+
+/// `text` as an MXID. Errors: `invalid_params`.
+fn parse_user(text: &str) -> Result<OwnedUserId, ToolError> {
+    OwnedUserId::try_from(text).map_err(|e| ToolError::Invalid(format!("user_id {text:?}: {e}")))
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The agent's writes ([`crate::Input::AgentWrite`]), judged by the rules of
 //! [`crate::agent`] in their order and performed or refused in one transition: no
 //! prompt touched, only its own messages edited, no open request id named, no room
-//! of a held prompt left; another identity's prompts refuse it as its own would.
+//! of a held prompt left, no prompt room's name or topic set; another identity's
+//! prompts refuse it as its own would.
 
 use super::identity::IdentityState;
 use super::{InFlight, Out};
@@ -37,6 +38,8 @@ impl IdentityState {
                 if let AgentWrite::Message { room, .. } | AgentWrite::Edit { room, .. } = &write {
                     self.stop_typing(room, out);
                 }
+                // A room the agent creates has the identity's allowed senders in it.
+                let write = write.with_allowed(&self.config.allowed_senders, &self.config.user_id);
                 let id = out.id();
                 out.in_flight.insert(
                     id,
@@ -57,7 +60,7 @@ impl IdentityState {
 
     /// The identity's own agent's write, by every rule, in order: no prompt
     /// touched, only its own messages edited, no open request id named, no room of a
-    /// held prompt left.
+    /// held prompt left, no prompt room's name or topic set.
     pub(super) fn judge_write(&self, write: &AgentWrite) -> Result<(), DropReason> {
         if self.targets_a_prompt(write) {
             return Err(DropReason::PromptTarget);
@@ -78,22 +81,39 @@ impl IdentityState {
                 return Err(DropReason::LeavesPromptRoom);
             }
         }
+        if self.holds_prompt_room(write) {
+            return Err(DropReason::PromptRoomState);
+        }
         Ok(())
+    }
+
+    /// Whether `write` sets the name or topic ([`AgentWrite::room_state`]) of one of
+    /// this identity's prompt rooms: its `permission_room`, or a room where a
+    /// prompt it holds (any phase) was posted.
+    pub(super) fn holds_prompt_room(&self, write: &AgentWrite) -> bool {
+        write.room_state().is_some_and(|room| {
+            self.config.permission_room.as_ref() == Some(room)
+                || self.prompts.iter().any(|p| p.room == *room)
+        })
     }
 
     /// The rules this identity's prompts set for any agent's write, its own or
     /// another identity's: no target is one of its prompts
-    /// ([`IdentityState::is_prompt_message`]), and no text field names one of its
-    /// open request ids ([`names_request_id`]).
-    /// Errors: `PromptTarget`, `NamesOpenRequest`.
+    /// ([`IdentityState::is_prompt_message`]), no text field names one of its
+    /// open request ids ([`names_request_id`]), and no name or topic of one of its
+    /// prompt rooms is set ([`IdentityState::holds_prompt_room`]).
+    /// Errors: `PromptTarget`, `NamesOpenRequest`, `PromptRoomState`.
     pub fn judge_prompt_rules(&self, write: &AgentWrite) -> Result<(), DropReason> {
         if self.targets_a_prompt(write) {
             return Err(DropReason::PromptTarget);
         }
-        match self.named_open_id(write) {
-            Some(request_id) => Err(DropReason::NamesOpenRequest { request_id }),
-            None => Ok(()),
+        if let Some(request_id) = self.named_open_id(write) {
+            return Err(DropReason::NamesOpenRequest { request_id });
         }
+        if self.holds_prompt_room(write) {
+            return Err(DropReason::PromptRoomState);
+        }
+        Ok(())
     }
 
     /// Whether a target of `write` (`AgentWrite::targets`) is one of this

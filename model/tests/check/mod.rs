@@ -3555,7 +3555,11 @@ fn sent_targets(write: &AgentWrite) -> Vec<EventId> {
         AgentWrite::Receipt { .. }
         | AgentWrite::Join { .. }
         | AgentWrite::Leave { .. }
-        | AgentWrite::Invite { .. } => Vec::new(),
+        | AgentWrite::Invite { .. }
+        | AgentWrite::CreateRoom { .. }
+        | AgentWrite::CreateDm { .. }
+        | AgentWrite::SetRoomName { .. }
+        | AgentWrite::SetRoomTopic { .. } => Vec::new(),
     }
 }
 
@@ -3571,10 +3575,16 @@ fn sent_texts(write: &AgentWrite) -> Vec<&str> {
         AgentWrite::Edit { text: t, .. } => text(t),
         AgentWrite::Reaction { key, .. } => vec![key.as_str()],
         AgentWrite::Redaction { reason, .. } => reason.iter().map(String::as_str).collect(),
+        AgentWrite::CreateRoom { name, topic, .. } => {
+            name.iter().chain(topic).map(String::as_str).collect()
+        }
+        AgentWrite::SetRoomName { name, .. } => vec![name.as_str()],
+        AgentWrite::SetRoomTopic { topic, .. } => vec![topic.as_str()],
         AgentWrite::Receipt { .. }
         | AgentWrite::Join { .. }
         | AgentWrite::Leave { .. }
-        | AgentWrite::Invite { .. } => Vec::new(),
+        | AgentWrite::Invite { .. }
+        | AgentWrite::CreateDm { .. } => Vec::new(),
     }
 }
 

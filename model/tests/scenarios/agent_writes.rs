@@ -1,6 +1,7 @@
 //! The agent's own writes to Matrix (`Input::AgentWrite`): no prompt is touched,
 //! only the identity's own messages are edited, no text names an open request id,
-//! the room of a held prompt is not left; the write's outcome; and a
+//! the room of a held prompt is not left, a prompt room's name and topic stay; the
+//! rooms the agent creates; the write's outcome; and a
 //! `permission_request` the server could not read.
 
 use crate::harness::*;
@@ -727,6 +728,158 @@ fn once_its_prompts_are_retired_the_room_may_be_left() {
     w.agent_write(1, leave(R1));
 
     assert_eq!(w.trace(), ["write call#1 leave"]);
+}
+
+// ----- rooms: creating one, naming one ----------------------------------------------
+
+fn name_room(room: &str, name: &str) -> AgentWrite {
+    AgentWrite::SetRoomName {
+        room: room.into(),
+        name: name.into(),
+    }
+}
+
+fn set_topic(room: &str, topic: &str) -> AgentWrite {
+    AgentWrite::SetRoomTopic {
+        room: room.into(),
+        topic: topic.into(),
+    }
+}
+
+fn create_room(name: Option<&str>, topic: Option<&str>, invite: &[&str]) -> AgentWrite {
+    AgentWrite::CreateRoom {
+        name: name.map(str::to_owned),
+        topic: topic.map(str::to_owned),
+        encrypted: true,
+        invite: invite.iter().map(|u| user(u)).collect(),
+    }
+}
+
+#[test]
+fn a_room_the_agent_creates_has_the_allowed_senders_invited_once_and_never_the_identity() {
+    let mut w = World::new();
+
+    let effects = w.agent_write(
+        1,
+        create_room(Some("ops"), Some("deploys"), &[MALLORY, BOB, BOT]),
+    );
+
+    let [Effect::Write { write, .. }] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    // Sorted, each once: @alice and @bob (allowed), @mallory (asked for); not @bot.
+    assert_eq!(
+        write,
+        &create_room(Some("ops"), Some("deploys"), &[ALICE, BOB, MALLORY])
+    );
+    // The direct chat names its one user: nothing is added to it.
+    let dm = AgentWrite::CreateDm {
+        user: user(MALLORY),
+    };
+    let effects = w.agent_write(2, dm.clone());
+    assert!(
+        matches!(effects.as_slice(), [Effect::Write { write, .. }] if *write == dm),
+        "{effects:?}"
+    );
+}
+
+#[test]
+fn the_name_and_topic_of_a_room_with_a_held_prompt_stay_as_they_are() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.mark();
+
+    w.agent_write(1, name_room(R1, "all approved"));
+    w.agent_write(2, set_topic(R1, "react \u{1F44D} to anything"));
+    w.agent_write(3, name_room(R2, "builds"));
+    w.agent_write(4, set_topic(R2, "CI results"));
+
+    assert_eq!(
+        w.trace(),
+        [
+            "refused call#1 PromptRoomState",
+            "refused call#2 PromptRoomState",
+            "write call#3 set_room_name",
+            "write call#4 set_room_topic",
+        ]
+    );
+}
+
+#[test]
+fn the_permission_rooms_name_and_topic_stay_even_with_no_prompt_in_it() {
+    let mut w = World::configured(|c| c.permission_room = Some(room(R2)));
+    w.mark();
+
+    w.agent_write(1, set_topic(R2, "pre-approved"));
+    w.agent_write(2, name_room(R1, "chat"));
+
+    assert_eq!(
+        w.trace(),
+        [
+            "refused call#1 PromptRoomState",
+            "write call#2 set_room_name"
+        ]
+    );
+}
+
+#[test]
+fn once_its_prompts_are_retired_a_rooms_name_may_change() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.say(ALICE, R1, "yes abcde");
+    w.advance(TTL);
+    w.mark();
+
+    w.agent_write(1, name_room(R1, "done"));
+
+    assert_eq!(w.trace(), ["write call#1 set_room_name"]);
+}
+
+#[test]
+fn a_room_name_topic_or_new_rooms_texts_may_not_name_an_open_request_id() {
+    let mut w = World::new();
+    w.pending_prompt("abcde");
+    w.mark();
+
+    w.agent_write(1, name_room(R2, "yes ABCDE"));
+    w.agent_write(2, set_topic(R2, "answer a\u{200B}bcde"));
+    w.agent_write(3, create_room(Some("abcde"), None, &[]));
+    w.agent_write(4, create_room(None, Some("<b>ab</b>cde"), &[]));
+    w.agent_write(5, create_room(Some("fghjk"), Some("free"), &[]));
+
+    assert_eq!(
+        w.trace(),
+        [
+            names_open(1, "abcde"),
+            names_open(2, "abcde"),
+            names_open(3, "abcde"),
+            names_open(4, "abcde"),
+            "write call#5 create_room".to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn another_identitys_prompt_room_is_off_limits_too() {
+    // home's permission room frames home's prompts; work's agent may not retitle it,
+    // nor a room where home's prompt waits.
+    let mut w = World::two_identities();
+    w.as_identity(HOME, |w| {
+        w.attach(H1);
+        w.ask(H1, "abcde");
+    });
+    w.mark();
+
+    w.agent_write(1, set_topic(HOME_ROOM, "all fine"));
+    w.agent_write(2, name_room(R1, "mine"));
+
+    assert_eq!(
+        w.trace(),
+        [
+            "refused call#1 PromptRoomState",
+            "write call#2 set_room_name"
+        ]
+    );
 }
 
 // ----- who asks, and how a write ends -------------------------------------------------

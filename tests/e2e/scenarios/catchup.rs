@@ -3,9 +3,10 @@
 //! of an encrypted room that it was not searched (the homeserver holds only
 //! ciphertext there), `unread` gives the messages after the identity's read receipt
 //! marked by sender, and `get_profile` the human's display name and avatar. Every
-//! text a sender wrote comes back with its markers neutralised (`</channel>` as
-//! `＜/channel>`, `Human:` as `Human꞉`) and flagged `suspicious`; the TypeScript
-//! client checks each result against the tool's `outputSchema`.
+//! text a sender wrote (here and in `read_messages`) comes back with its markers
+//! neutralised (`</channel>` as `＜/channel>`, `Human:` as `Human꞉`) and flagged
+//! `suspicious`; the TypeScript client checks each result against the tool's
+//! `outputSchema`.
 
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::human::enc;
@@ -125,6 +126,18 @@ async fn search_finds_a_word_in_a_clear_room_says_an_encrypted_room_was_not_sear
     );
     assert_eq!(marked["suspicious"], true, "{marked}");
     assert_eq!(found["results"][0]["suspicious"], false, "{found}");
+
+    // read_messages shows the same texts as sandboxed as search does.
+    let page = mcp
+        .call_ok("read_messages", json!({ "room_id": clear, "limit": 3 }))
+        .await;
+    assert_eq!(each(&page["events"], "event_id"), newest_first, "{page}");
+    assert_eq!(page["events"][1]["body"], marked["body"], "{page}");
+    assert_eq!(
+        each(&page["events"], "suspicious"),
+        [json!(false), json!(true), json!(false)],
+        "{page}"
+    );
 
     // The encrypted room alone: nothing searched, said so, never a bare empty list.
     let alone = mcp

@@ -1,6 +1,6 @@
 //! The eight scenarios of issue 3, one module each, and `tools`: the contract of
 //! every MCP tool on both mounts (README "HTTP and MCP", `impl/src/mcp.rs`), and
-//! `catchup`: search, unread and profiles (issue 28).
+//! `catchup`: search, unread and profiles, and `rooms`: the agent's rooms (issue 28).
 
 mod attacks;
 mod auth;
@@ -18,6 +18,7 @@ mod plaintext;
 mod relations;
 mod replay;
 mod restart;
+mod rooms;
 mod session_rooms;
 mod shutdown;
 mod stdio;

@@ -517,6 +517,7 @@ fn drop_is(reason: &DropReason) -> DropIs {
         | DropReason::NotOwnMessage
         | DropReason::NamesOpenRequest { .. }
         | DropReason::LeavesPromptRoom
+        | DropReason::PromptRoomState
         | DropReason::NotJoined
         | DropReason::OtherMember
         | DropReason::AlreadyInvited
