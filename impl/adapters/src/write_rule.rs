@@ -132,7 +132,9 @@ pub fn homeserver_error(errcode: Errcode, status: u16, message: String) -> ToolE
         (Errcode::NotFound, _) | (_, 404) => ToolError::NotFound(message),
         (Errcode::Forbidden, _) | (_, 403) => ToolError::Forbidden(message),
         (Errcode::TooLarge, _) | (_, 413) => ToolError::TooLarge(message),
-        (Errcode::LimitExceeded { retry_after_ms }, _) => homeserver_limited(retry_after_ms, message),
+        (Errcode::LimitExceeded { retry_after_ms }, _) => {
+            homeserver_limited(retry_after_ms, message)
+        }
         (_, 429) => homeserver_limited(None, message),
         _ => ToolError::Upstream(message),
     }

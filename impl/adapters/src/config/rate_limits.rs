@@ -72,8 +72,7 @@ impl Walk<'_> {
                 })
             }
         };
-        let tool_calls_per_second =
-            count("tool_calls_per_second", defaults.tool_calls.per_second);
+        let tool_calls_per_second = count("tool_calls_per_second", defaults.tool_calls.per_second);
         let tool_call_burst = count("tool_call_burst", defaults.tool_calls.burst);
         let writes_per_second = count("writes_per_second", defaults.writes.per_second);
         let write_burst = count("write_burst", defaults.writes.burst);
@@ -130,9 +129,15 @@ mod tests {
             MINIMAL,
             env(&[
                 ("MATRIX_CHANNEL_RATE_LIMITS__ENABLED", "false"),
-                ("MATRIX_CHANNEL_RATE_LIMITS__IDENTITY__TOOL_CALLS_PER_SECOND", "7"),
+                (
+                    "MATRIX_CHANNEL_RATE_LIMITS__IDENTITY__TOOL_CALLS_PER_SECOND",
+                    "7",
+                ),
                 ("MATRIX_CHANNEL_RATE_LIMITS__IDENTITY__TOOL_CALL_BURST", "8"),
-                ("MATRIX_CHANNEL_RATE_LIMITS__IDENTITY__WRITES_PER_SECOND", "6"),
+                (
+                    "MATRIX_CHANNEL_RATE_LIMITS__IDENTITY__WRITES_PER_SECOND",
+                    "6",
+                ),
             ]),
         )
         .unwrap();
