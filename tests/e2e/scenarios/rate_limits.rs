@@ -63,6 +63,12 @@ async fn a_burst_over_a_tokens_limit_is_refused_another_token_is_served_and_afte
     first
         .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
         .await;
+    // Another token of the same identity, ready before the burst (so that nothing
+    // slow comes between the refusal and the wait it gives).
+    let token = f.server.create_token(IDENTITY, "second").await;
+    let second = McpClient::spawn("second").await;
+    second.connect(&f.server.url("/mcp"), &token).await;
+
     let (served, error) = until_refused(&[&first], "whoami", |_| json!({}), 3 + SLACK).await;
     assert!(
         served >= 3,
@@ -76,10 +82,7 @@ async fn a_burst_over_a_tokens_limit_is_refused_another_token_is_served_and_afte
     );
     let wait = retry_after(&error);
 
-    // Another token of the same identity has a limit of its own.
-    let token = f.server.create_token(IDENTITY, "second").await;
-    let second = McpClient::spawn("second").await;
-    second.connect(&f.server.url("/mcp"), &token).await;
+    // The other token has a limit of its own.
     let whoami = second.call_ok("whoami", json!({})).await;
     assert_eq!(whoami["user_id"], f.bot.user_id.as_str(), "{whoami}");
 
