@@ -233,8 +233,9 @@ impl McpServer {
     /// The one path every tool takes: the caller's identity (the token's, fixed at
     /// authentication), the rate limit of tool calls (per token and per identity:
     /// `rate_limited`, and the body does not run), a tracing span named for the
-    /// tool, the tool's own body, and the error contract of the module docs. A tool is its arguments and `body`,
-    /// whose result type `T` is the tool's output schema ([`metadata`]).
+    /// tool, the tool's own body, and the error contract of the module docs. A tool
+    /// is its arguments and `body`, whose result type `T` is the tool's output
+    /// schema ([`metadata`]).
     async fn run<'a, T, F, Fut>(
         &'a self,
         parts: &http::request::Parts,
