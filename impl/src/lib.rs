@@ -11,6 +11,7 @@ pub mod journal;
 pub mod matrix;
 pub mod mcp;
 pub mod operator;
+pub mod rate_limit;
 pub mod server;
 pub mod shutdown;
 pub mod stdio;

@@ -475,6 +475,7 @@ pub fn router(
         engine: engine.clone(),
         peers: peers.clone(),
         max_download_bytes: config.max_download_bytes,
+        rate_limits: crate::rate_limit::RateLimiter::new(&config.rate_limits),
     });
     let event_store = Arc::new(SqliteEventStore::new(store.clone()));
     let idle = match config.session_idle_secs {
@@ -591,6 +592,7 @@ mod tests {
             max_download_bytes: 1 << 20,
             batch_deadline_ms: 1_000,
             log: "info".to_owned(),
+            rate_limits: Default::default(),
             identities: BTreeMap::new(),
             warnings: Vec::new(),
         };

@@ -37,9 +37,10 @@ use mc_model::{AgentText, AgentWrite, RoomId};
 
 /// Maps a homeserver error to the contract's kinds ([`homeserver_error`]); no API
 /// error (the homeserver could not be reached, or answered nothing readable) is
-/// `upstream`.
+/// `upstream`. A rate limit's wait is ruma's reading of it (the `Retry-After` header
+/// over the body's `retry_after_ms`), a date taken as the time until it from now.
 pub fn api_error(api: Option<&matrix_sdk::ruma::api::error::Error>, message: String) -> ToolError {
-    use matrix_sdk::ruma::api::error::ErrorKind;
+    use matrix_sdk::ruma::api::error::{ErrorKind, LimitExceededErrorData, RetryAfter};
     let Some(api) = api else {
         return ToolError::Upstream(message);
     };
@@ -47,6 +48,17 @@ pub fn api_error(api: Option<&matrix_sdk::ruma::api::error::Error>, message: Str
         Some(ErrorKind::NotFound) => Errcode::NotFound,
         Some(ErrorKind::Forbidden) => Errcode::Forbidden,
         Some(ErrorKind::TooLarge) => Errcode::TooLarge,
+        Some(ErrorKind::LimitExceeded(LimitExceededErrorData { retry_after, .. })) => {
+            let wait = retry_after.map(|after| match after {
+                RetryAfter::Delay(wait) => wait,
+                RetryAfter::DateTime(at) => at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default(),
+            });
+            Errcode::LimitExceeded {
+                retry_after_ms: wait.map(mc_adapters::rate_limit::retry_after_ms),
+            }
+        }
         _ => Errcode::Other,
     };
     homeserver_error(errcode, api.status_code.as_u16(), message)
@@ -435,6 +447,79 @@ pub async fn parent_sender(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error ruma reads from a homeserver's answer of `status` with `body` and
+    /// a `Retry-After` header when given.
+    fn homeserver_answer(
+        status: u16,
+        retry_after: Option<&str>,
+        body: serde_json::Value,
+    ) -> matrix_sdk::ruma::api::error::Error {
+        use matrix_sdk::ruma::api::EndpointError as _;
+        let mut response = http::Response::builder().status(status);
+        if let Some(after) = retry_after {
+            response = response.header(http::header::RETRY_AFTER, after);
+        }
+        let response = response.body(body.to_string().into_bytes()).unwrap();
+        matrix_sdk::ruma::api::error::Error::from_http_response(response)
+    }
+
+    #[test]
+    fn a_homeserver_429_is_rate_limited_with_its_retry_after() {
+        let limited = serde_json::json!({
+            "errcode": "M_LIMIT_EXCEEDED",
+            "error": "Too Many Requests",
+            "retry_after_ms": 2_345,
+        });
+        for (retry_after, wait) in [
+            // The body's `retry_after_ms`.
+            (None, 2_345),
+            // The header wins (seconds).
+            (Some("3"), 3_000),
+            // A date already past: retry at once (after 1 ms).
+            (Some("Wed, 21 Oct 2015 07:28:00 GMT"), 1),
+        ] {
+            let api = homeserver_answer(429, retry_after, limited.clone());
+            let error = api_error(Some(&api), api.to_string());
+            assert_eq!(error.kind(), "rate_limited", "{retry_after:?}");
+            assert_eq!(error.retry_after_ms(), Some(wait), "{retry_after:?}");
+            assert!(
+                error
+                    .message()
+                    .contains("[429 / M_LIMIT_EXCEEDED] Too Many Requests"),
+                "{error}"
+            );
+        }
+        // A date ahead: the time until it (the header has whole seconds).
+        let at = std::time::SystemTime::now() + std::time::Duration::from_secs(120);
+        let date =
+            http::HeaderValue::try_from(&matrix_sdk::ruma::api::error::RetryAfter::DateTime(at))
+                .unwrap();
+        let api = homeserver_answer(429, Some(date.to_str().unwrap()), limited.clone());
+        let wait = api_error(Some(&api), String::new())
+            .retry_after_ms()
+            .unwrap();
+        assert!((118_000..=120_000).contains(&wait), "{wait}");
+        // Without a wait anywhere: one second.
+        let api = homeserver_answer(
+            429,
+            None,
+            serde_json::json!({"errcode": "M_LIMIT_EXCEEDED", "error": "slow"}),
+        );
+        assert_eq!(
+            api_error(Some(&api), String::new()).retry_after_ms(),
+            Some(1_000)
+        );
+        // Not a rate limit: no wait.
+        let api = homeserver_answer(
+            403,
+            None,
+            serde_json::json!({"errcode": "M_FORBIDDEN", "error": "no"}),
+        );
+        let forbidden = api_error(Some(&api), String::new());
+        assert_eq!(forbidden.kind(), "forbidden");
+        assert_eq!(forbidden.retry_after_ms(), None);
+    }
 
     #[test]
     fn a_part_is_sent_with_the_body_and_html_the_model_judged() {

@@ -11,7 +11,8 @@
 //! effects (`effects`), the lines and headers of the stdio bridge (`stdio`), and what
 //! a write to Matrix decides without the network: the tool-error contract, refusals,
 //! the encryption rule (`write_rule`), what the catch-up tools show of events,
-//! searches, unread messages and profiles (`catchup`), and the audit trail: its entries from a model
+//! searches, unread messages and profiles (`catchup`), the rate limits' settings and
+//! their refusal (`rate_limit`), and the audit trail: its entries from a model
 //! step, its hash chain, its lines and times (`audit`). No network, no async, no clock. `mc_server`
 //! re-exports `config`, `decode`, `fit`, `split` and `summary` under the same names, and
 //! `mc_server::write` what it uses of `write_rule`.
@@ -26,6 +27,7 @@ pub mod gap;
 pub mod jsonrpc;
 pub mod origin;
 pub mod params;
+pub mod rate_limit;
 pub mod room_label;
 pub mod split;
 pub mod stdio;

@@ -36,6 +36,14 @@ pub enum ToolError {
     /// `would_send_plaintext`: the room is or was encrypted and this send would go
     /// out in the clear, so nothing was sent (see [`encryption_rule`]).
     WouldSendPlaintext(String),
+    /// `rate_limited`: over a rate limit of this server (`crate::rate_limit`) or of
+    /// the homeserver (`429 M_LIMIT_EXCEEDED`, [`homeserver_error`]); nothing was
+    /// done, and the same call is served after `retry_after_ms` milliseconds.
+    RateLimited {
+        message: String,
+        /// How long to wait before calling again, in milliseconds (at least 1).
+        retry_after_ms: u64,
+    },
 }
 
 impl ToolError {
@@ -50,6 +58,7 @@ impl ToolError {
             ToolError::Upstream(_) => "upstream",
             ToolError::EncryptionUnknown(_) => "encryption_unknown",
             ToolError::WouldSendPlaintext(_) => "would_send_plaintext",
+            ToolError::RateLimited { .. } => "rate_limited",
         }
     }
 
@@ -63,7 +72,17 @@ impl ToolError {
             | ToolError::TooLarge(m)
             | ToolError::Upstream(m)
             | ToolError::EncryptionUnknown(m)
-            | ToolError::WouldSendPlaintext(m) => m,
+            | ToolError::WouldSendPlaintext(m)
+            | ToolError::RateLimited { message: m, .. } => m,
+        }
+    }
+
+    /// `rate_limited`'s wait before a retry, in milliseconds; `None` for every other
+    /// kind.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            ToolError::RateLimited { retry_after_ms, .. } => Some(*retry_after_ms),
+            _ => None,
         }
     }
 }
@@ -89,6 +108,9 @@ pub enum Errcode {
     Forbidden,
     /// `M_TOO_LARGE`.
     TooLarge,
+    /// `M_LIMIT_EXCEEDED`, with the wait the homeserver asked for (its
+    /// `Retry-After` header or else `retry_after_ms`), in milliseconds.
+    LimitExceeded { retry_after_ms: Option<u64> },
     /// Any other `errcode`, or none.
     Other,
 }
@@ -96,13 +118,40 @@ pub enum Errcode {
 /// A homeserver error in the contract's kinds, by `errcode` or else by HTTP `status`
 /// (Synapse answers a join of an unknown room `404 M_UNKNOWN`): what is not found,
 /// forbidden or too large is not a failure of the homeserver (when the two name
-/// different kinds, the first of these three wins); anything else is `upstream`.
+/// different kinds, the first of these three wins); a rate limit
+/// (`M_LIMIT_EXCEEDED` or 429; Client-Server API, "Rate limiting") is
+/// `rate_limited` with the homeserver's wait, or
+/// [`crate::rate_limit::HOMESERVER_DEFAULT_RETRY_AFTER_MS`] when it gave none;
+/// anything else is `upstream`.
+///
+/// matrix-sdk retries a 429 itself (waiting what the homeserver asked, up to 15
+/// minutes in all, unless the request's `RequestConfig` limits retries), so one
+/// that reaches a tool is a limit that did not lift.
 pub fn homeserver_error(errcode: Errcode, status: u16, message: String) -> ToolError {
     match (errcode, status) {
         (Errcode::NotFound, _) | (_, 404) => ToolError::NotFound(message),
         (Errcode::Forbidden, _) | (_, 403) => ToolError::Forbidden(message),
         (Errcode::TooLarge, _) | (_, 413) => ToolError::TooLarge(message),
+        (Errcode::LimitExceeded { retry_after_ms }, _) => {
+            homeserver_limited(retry_after_ms, message)
+        }
+        (_, 429) => homeserver_limited(None, message),
         _ => ToolError::Upstream(message),
+    }
+}
+
+/// `rate_limited` for the homeserver's limit: its wait (at least 1 ms) in
+/// `retry_after_ms` and in the message.
+fn homeserver_limited(retry_after_ms: Option<u64>, message: String) -> ToolError {
+    let retry_after_ms = retry_after_ms
+        .unwrap_or(crate::rate_limit::HOMESERVER_DEFAULT_RETRY_AFTER_MS)
+        .max(1);
+    ToolError::RateLimited {
+        message: format!(
+            "the homeserver's rate limit: {message}; nothing was done, retry in \
+             {retry_after_ms} ms (retry_after_ms)"
+        ),
+        retry_after_ms,
     }
 }
 
@@ -314,10 +363,19 @@ mod tests {
             (ToolError::Upstream(m()), "upstream"),
             (ToolError::EncryptionUnknown(m()), "encryption_unknown"),
             (ToolError::WouldSendPlaintext(m()), "would_send_plaintext"),
+            (
+                ToolError::RateLimited {
+                    message: m(),
+                    retry_after_ms: 7,
+                },
+                "rate_limited",
+            ),
         ] {
             assert_eq!(error.kind(), kind);
             assert_eq!(error.message(), "why");
             assert_eq!(error.to_string(), format!("{kind}: why"));
+            let wait = (kind == "rate_limited").then_some(7);
+            assert_eq!(error.retry_after_ms(), wait, "{kind}");
         }
         assert_eq!(upstream(7), ToolError::Upstream("7".to_owned()));
     }
@@ -345,6 +403,40 @@ mod tests {
             assert_eq!(error.kind(), kind, "{errcode:?} {status}");
             assert_eq!(error.message(), "said");
         }
+    }
+
+    #[test]
+    fn a_homeserver_rate_limit_is_rate_limited_with_its_wait_or_else_one_second() {
+        let limited = |retry_after_ms| Errcode::LimitExceeded { retry_after_ms };
+        for (errcode, status, wait) in [
+            (limited(Some(2_500)), 429, 2_500),
+            // The errcode decides, whatever the status.
+            (limited(Some(2_500)), 400, 2_500),
+            (limited(None), 429, 1_000),
+            (limited(Some(0)), 429, 1),
+            // A bare 429 (a proxy's, say).
+            (Errcode::Other, 429, 1_000),
+        ] {
+            let error = homeserver_error(errcode, status, "slow down".to_owned());
+            assert_eq!(error.kind(), "rate_limited", "{errcode:?} {status}");
+            assert_eq!(error.retry_after_ms(), Some(wait), "{errcode:?} {status}");
+            assert_eq!(
+                error.message(),
+                format!(
+                    "the homeserver's rate limit: slow down; nothing was done, retry in {wait} \
+                     ms (retry_after_ms)"
+                )
+            );
+        }
+        // What is not found, forbidden or too large says so first.
+        assert_eq!(
+            homeserver_error(limited(Some(5)), 404, String::new()).kind(),
+            "not_found"
+        );
+        assert_eq!(
+            homeserver_error(Errcode::NotFound, 429, String::new()).kind(),
+            "not_found"
+        );
     }
 
     #[test]

@@ -155,6 +155,7 @@ pub async fn authenticate(
     }
     req.extensions_mut().insert(Caller {
         identity: identity.clone(),
+        token: crate::store::token_id(&token),
     });
     let event_stream = req.method() == axum::http::Method::GET;
     let guard = state.stop.open(format!(

@@ -65,10 +65,13 @@ impl Mount {
     }
 }
 
-/// The authenticated caller of a request: the token's identity.
+/// The authenticated caller of a request: the token's identity, and the token's
+/// public id (`crate::store::token_id`: what `token list` shows; the key of its rate
+/// limits).
 #[derive(Clone, Debug)]
 pub struct Caller {
     pub identity: String,
+    pub token: String,
 }
 
 /// The live peers of MCP sessions, by session id: the engine's way to notify them.

@@ -34,10 +34,15 @@ pub struct ErrorResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ErrorBody {
     /// `invalid_params`, `not_joined`, `not_found`, `forbidden`, `too_large`,
-    /// `upstream`, `would_send_plaintext` or `encryption_unknown` (`mcp/mod.rs`).
+    /// `upstream`, `would_send_plaintext`, `encryption_unknown` or `rate_limited`
+    /// (`mcp/mod.rs`).
     pub kind: String,
     /// What happened, for a person.
     pub message: String,
+    /// `rate_limited` only: how long to wait before the same call is served, in
+    /// milliseconds (at least 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl From<&ToolError> for ErrorResult {
@@ -46,6 +51,7 @@ impl From<&ToolError> for ErrorResult {
             error: ErrorBody {
                 kind: e.kind().to_owned(),
                 message: e.message().to_owned(),
+                retry_after_ms: e.retry_after_ms(),
             },
         }
     }
@@ -421,10 +427,22 @@ mod tests {
             error,
             json!({"error": {"kind": "not_found", "message": "no such event"}})
         );
+        let limited = json!(ErrorResult::from(&ToolError::RateLimited {
+            message: "wait".into(),
+            retry_after_ms: 250,
+        }));
+        assert_eq!(
+            limited,
+            json!({"error": {"kind": "rate_limited", "message": "wait", "retry_after_ms": 250}})
+        );
+        let mut negative_wait = limited.clone();
+        negative_wait["error"]["retry_after_ms"] = json!(-1);
         for (tool, schema) in described() {
             let result = sample(&tool);
             assert!(valid(&schema, &result), "{tool}: {result}");
             assert!(valid(&schema, &error), "{tool}");
+            assert!(valid(&schema, &limited), "{tool}");
+            assert!(!valid(&schema, &negative_wait), "{tool}");
         }
     }
 

@@ -14,7 +14,9 @@
 //!   `not_found`, `forbidden`, `too_large`, `upstream` (the homeserver failed or
 //!   could not be reached), `would_send_plaintext` and `encryption_unknown` (nothing
 //!   was sent into a room that is or was encrypted, or whose encryption is unknown:
-//!   `write::ensure_encrypted_or_plain`).
+//!   `write::ensure_encrypted_or_plain`), `rate_limited` (over a rate limit of this
+//!   server, [`crate::rate_limit`], or of the homeserver; nothing was done), which
+//!   alone adds `retry_after_ms`, the wait in milliseconds before the call is served.
 
 mod catchup_tools;
 mod metadata;
@@ -25,6 +27,7 @@ use crate::config::IdentitySettings;
 use crate::engine::{EngineHandle, WriteAnswer, PERMISSION_REQUEST_METHOD};
 use crate::http::{Caller, Mount, Peers};
 use crate::matrix::Identity;
+use crate::rate_limit::Counted;
 use crate::write::{refusal, upstream, ToolError, Written};
 use mc_model::{AgentWrite, Gate, IdentityId, Input, PermissionRequest, RequestId, SessionId};
 use metadata::Failure;
@@ -118,6 +121,14 @@ pub struct App {
     pub engine: EngineHandle,
     pub peers: Peers,
     pub max_download_bytes: u64,
+    /// Tool calls and writes per token and per identity.
+    pub rate_limits: crate::rate_limit::RateLimiter,
+}
+
+tokio::task_local! {
+    /// The public id of the token of the tool call [`McpServer::run`] runs: the key
+    /// of its writes' rate limit in [`McpServer::write`].
+    static CALLER_TOKEN: String;
 }
 
 /// Tools offered on `/channel`: what a channel session needs.
@@ -220,9 +231,11 @@ impl McpServer {
     }
 
     /// The one path every tool takes: the caller's identity (the token's, fixed at
-    /// authentication), a tracing span named for the tool, the tool's own body, and
-    /// the error contract of the module docs. A tool is its arguments and `body`,
-    /// whose result type `T` is the tool's output schema ([`metadata`]).
+    /// authentication), the rate limit of tool calls (per token and per identity:
+    /// `rate_limited`, and the body does not run), a tracing span named for the
+    /// tool, the tool's own body, and the error contract of the module docs. A tool
+    /// is its arguments and `body`, whose result type `T` is the tool's output
+    /// schema ([`metadata`]).
     async fn run<'a, T, F, Fut>(
         &'a self,
         parts: &http::request::Parts,
@@ -240,17 +253,38 @@ impl McpServer {
             identity = %identity.name,
             mount = self.mount.as_str()
         );
-        let result = body(identity).instrument(span).await;
+        let token = parts
+            .extensions
+            .get::<Caller>()
+            .map(|c| c.token.clone())
+            .unwrap_or_default();
+        let limited = self
+            .app
+            .rate_limits
+            .check(Counted::ToolCalls, &token, &identity.name);
+        let result = match limited {
+            Ok(()) => {
+                CALLER_TOKEN
+                    .scope(token, body(identity).instrument(span))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         if let Err(e) = &result {
             tracing::info!(tool, identity = %identity.name, kind = e.kind(), "tool failed: {}", e.message());
         }
         Ok(Json(result?))
     }
 
-    /// The model round trip of a write: the model refuses it (`forbidden`, with the
-    /// rule) or lets it through and the wire performs it. The only way a tool
-    /// writes to Matrix.
+    /// The model round trip of a write: over the rate limit of writes (per token and
+    /// per identity) it is `rate_limited` and never reaches the model; else the
+    /// model refuses it (`forbidden`, with the rule) or lets it through and the wire
+    /// performs it. The only way a tool writes to Matrix.
     async fn write(&self, identity: &Identity, write: AgentWrite) -> Result<Written, ToolError> {
+        let token = CALLER_TOKEN.try_with(Clone::clone).unwrap_or_default();
+        self.app
+            .rate_limits
+            .check(Counted::Writes, &token, &identity.name)?;
         let answer = self
             .app
             .engine

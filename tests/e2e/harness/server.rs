@@ -74,6 +74,9 @@ pub struct ServerConfig {
     pub max_download_bytes: Option<u64>,
     /// `batch_deadline_ms`: `None` leaves the server's default.
     pub batch_deadline_ms: Option<u64>,
+    /// TOML of the `[rate_limits]` tables, appended at the end of the file: `None`
+    /// leaves the server's defaults.
+    pub rate_limits: Option<String>,
 }
 
 /// A TOML basic string (a JSON string literal is one, escapes included).
@@ -136,6 +139,10 @@ impl ServerConfig {
             if let Some(extra) = &id.extra {
                 out.push_str(extra);
             }
+        }
+        if let Some(rate_limits) = &self.rate_limits {
+            out.push('\n');
+            out.push_str(rate_limits);
         }
         out
     }

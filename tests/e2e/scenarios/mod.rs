@@ -1,6 +1,7 @@
 //! The eight scenarios of issue 3, one module each, and `tools`: the contract of
 //! every MCP tool on both mounts (README "HTTP and MCP", `impl/src/mcp.rs`), and
-//! `catchup`: search, unread and profiles, and `rooms`: the agent's rooms (issue 28).
+//! `catchup`: search, unread and profiles, `rooms`: the agent's rooms, and
+//! `rate_limits`: tool calls and writes over their limits (issue 28).
 
 mod attacks;
 mod auth;
@@ -15,6 +16,7 @@ mod mcp_conformance;
 mod permission_reaction;
 mod permission_text;
 mod plaintext;
+mod rate_limits;
 mod relations;
 mod replay;
 mod restart;

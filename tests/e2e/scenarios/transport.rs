@@ -71,6 +71,7 @@ async fn malformed_bodies_get_400_with_a_json_rpc_error_and_batches_follow_the_r
         session_idle_secs: None,
         max_download_bytes: None,
         batch_deadline_ms: None,
+        rate_limits: None,
     })
     .await;
     let token = server.token("bot");
@@ -254,6 +255,7 @@ async fn a_batch_stops_at_its_deadline_and_a_body_cut_short_gets_400() {
     let server = Server::start(ServerConfig {
         identities: vec![Identity::new("bot", &bot, &[&human.user_id])],
         batch_deadline_ms: Some(1),
+        rate_limits: None,
         ..ServerConfig::default()
     })
     .await;

@@ -11,6 +11,19 @@
 //! batch_deadline_ms = 30000        # default 30 s
 //! log = "info"                     # default: info, matrix-sdk at warn
 //!
+//! [rate_limits]                    # per bearer token and per identity; the defaults
+//! enabled = true                   # never slow a person's use (decision 0032)
+//! [rate_limits.token]
+//! tool_calls_per_second = 20
+//! tool_call_burst = 60
+//! writes_per_second = 5
+//! write_burst = 30
+//! [rate_limits.identity]
+//! tool_calls_per_second = 40
+//! tool_call_burst = 120
+//! writes_per_second = 5
+//! write_burst = 30
+//!
 //! [identities.bot]                 # one Matrix account; the name is [a-z0-9_-]{1,32}
 //! homeserver = "http://127.0.0.1:8008"
 //! user_id = "@bot:localhost"
@@ -57,6 +70,16 @@
 //!   timeout); must be greater than zero.
 //! - `log`: a `tracing` filter (`RUST_LOG` syntax, such as `"info,matrix_sdk=warn"`).
 //!   Default: `info`, with matrix-sdk at `warn` ([`DEFAULT_LOG`]).
+//! - `rate_limits`: how many tool calls and Matrix writes each bearer token
+//!   (`[rate_limits.token]`) and each identity, all its tokens together
+//!   (`[rate_limits.identity]`), may make: `*_per_second` sustained, `*_burst` at
+//!   once from rest (GCRA, [`crate::rate_limit`]). A call over a limit does nothing
+//!   and gets the tool error `rate_limited` with `retry_after_ms`. Writes are what
+//!   the write tools ask for; the server's own posts (prompts, their outcome edits,
+//!   notices) are never limited. Defaults: per token 20 tool calls a second with a
+//!   burst of 60 and 5 writes a second with a burst of 30; per identity 40 and 120,
+//!   5 and 30. Each must be greater than zero; an absent key keeps its default;
+//!   `enabled = false` lifts every limit.
 //! - `identities`: at least one table `[identities.NAME]`, NAME matching
 //!   `[a-z0-9_-]{1,32}`.
 //!
@@ -133,6 +156,7 @@
 mod env;
 mod identity;
 mod policy;
+mod rate_limits;
 mod reaction_keys;
 mod rules;
 #[cfg(test)]
@@ -195,6 +219,8 @@ pub struct Config {
     pub batch_deadline_ms: u64,
     /// The `tracing` filter.
     pub log: String,
+    /// The rate limits of tool calls and writes, per token and per identity.
+    pub rate_limits: crate::rate_limit::RateLimits,
     /// By identity name (`[a-z0-9_-]{1,32}`); never empty.
     pub identities: BTreeMap<String, IdentitySettings>,
     /// Things that work but are probably not meant (for `config check` and the

@@ -1,5 +1,6 @@
 //! The top-level keys (`listen`, `store_dir`, `allowed_hosts`, `allowed_origins`,
-//! `session_idle_secs`, `max_download_bytes`, `batch_deadline_ms`, `log`) with their
+//! `session_idle_secs`, `max_download_bytes`, `batch_deadline_ms`, `log`,
+//! `rate_limits`) with their
 //! defaults, and the warning for a listener that is not loopback behind the default
 //! `allowed_hosts`.
 
@@ -12,7 +13,7 @@ use figment::value::Dict;
 use std::net::SocketAddr;
 use std::path::Path;
 
-const TOP_KEYS: [&str; 9] = [
+const TOP_KEYS: [&str; 10] = [
     "listen",
     "store_dir",
     "allowed_hosts",
@@ -21,6 +22,7 @@ const TOP_KEYS: [&str; 9] = [
     "max_download_bytes",
     "batch_deadline_ms",
     "log",
+    "rate_limits",
     "identities",
 ];
 
@@ -118,6 +120,7 @@ impl Walk<'_> {
                 parsed.is_ok()
             }),
         };
+        let rate_limits = self.rate_limits(data.get("rate_limits"));
         let identities = self.identities(data.get("identities"));
 
         if let (Some(addr), None) = (listen, data.get("allowed_hosts")) {
@@ -141,6 +144,7 @@ impl Walk<'_> {
             max_download_bytes: max_download_bytes?,
             batch_deadline_ms: batch_deadline_ms?,
             log: log?,
+            rate_limits: rate_limits?,
             identities: identities?,
             warnings: Vec::new(),
         })
