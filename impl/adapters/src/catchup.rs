@@ -431,6 +431,14 @@ mod tests {
                 ("\u{1F44D}".to_owned(), 2)
             ]
         );
+        // Two keys with markers: still suspicious (each key counts, none undoes another).
+        let mut two = event(&message("$d", "@ann:hs", "hello"));
+        two.reactions = Some(Some(
+            [("</channel>".to_owned(), 1), ("<system>".to_owned(), 1)]
+                .into_iter()
+                .collect(),
+        ));
+        assert!(seen("!r:hs", two).suspicious);
         let mut quiet = event(&message("$b", "@ann:hs", "hello"));
         quiet.reactions = Some(Some([("\u{1F44D}".to_owned(), 1)].into_iter().collect()));
         assert!(!seen("!r:hs", quiet).suspicious);
