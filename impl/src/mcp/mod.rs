@@ -220,8 +220,9 @@ impl McpServer {
     }
 
     /// The one path every tool takes: the caller's identity (the token's, fixed at
-    /// authentication), a tracing span named for the tool, the tool's own body, and
-    /// the error contract of the module docs. A tool is its arguments and `body`,
+    /// authentication), a tracing span named for the tool, the tool's own body, its
+    /// count and time in the metrics (`ok` or the error's kind), and the error
+    /// contract of the module docs. A tool is its arguments and `body`,
     /// whose result type `T` is the tool's output schema ([`metadata`]).
     async fn run<'a, T, F, Fut>(
         &'a self,
@@ -240,7 +241,16 @@ impl McpServer {
             identity = %identity.name,
             mount = self.mount.as_str()
         );
+        let started = std::time::Instant::now();
         let result = body(identity).instrument(span).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.kind(),
+        };
+        self.app
+            .engine
+            .metrics()
+            .tool_call(tool, outcome, started.elapsed());
         if let Err(e) = &result {
             tracing::info!(tool, identity = %identity.name, kind = e.kind(), "tool failed: {}", e.message());
         }
