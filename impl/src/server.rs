@@ -585,6 +585,8 @@ mod tests {
             max_download_bytes: 1 << 20,
             batch_deadline_ms: 1_000,
             log: "info".to_owned(),
+            metrics_token: None,
+            metrics_listen: None,
             identities: BTreeMap::new(),
             warnings: Vec::new(),
         };
