@@ -30,6 +30,29 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// not timed).
 pub const RECEIPTS_KEPT: usize = 4096;
 
+/// The `outcome` values of `matrix_channel_prompts_total`.
+pub const PROMPT_OUTCOMES: [&str; 6] = [
+    "posted",
+    "answered",
+    "expired",
+    "evicted",
+    "superseded",
+    "post_failed",
+];
+
+/// The `kind` values of `matrix_channel_matrix_sends_total`: the engine's requests
+/// to the homeserver, by effect.
+pub const MATRIX_SENDS: [&str; 8] = [
+    "prompt",
+    "edit",
+    "announce",
+    "notice",
+    "join",
+    "typing",
+    "create_room",
+    "write",
+];
+
 type Labels = Vec<(&'static str, String)>;
 type Timing = Family<Labels, Histogram, fn() -> Histogram>;
 
@@ -182,6 +205,34 @@ impl Metrics {
             "Seconds since the identity's last successful sync; absent before its first",
             m.sync_age.clone(),
         );
+        // The series whose label values are known up front start at zero, so that a
+        // scrape shows them (and `rate()` works) before the first count.
+        for result in ["sent", "failed"] {
+            for kind in mc_model::render::PushKind::ALL {
+                let _ = m
+                    .pushes
+                    .get_or_create(&labels([("kind", kind.as_str()), ("result", result)]));
+            }
+            let _ = m.replays.get_or_create(&labels([("result", result)]));
+            let _ = m.verdict_sends.get_or_create(&labels([("result", result)]));
+        }
+        for behavior in ["allow", "deny"] {
+            for via in ["text", "reaction", "grant", "policy"] {
+                let _ = m
+                    .verdicts
+                    .get_or_create(&labels([("behavior", behavior), ("via", via)]));
+            }
+        }
+        for outcome in PROMPT_OUTCOMES {
+            let _ = m.prompts.get_or_create(&labels([("outcome", outcome)]));
+        }
+        for kind in MATRIX_SENDS {
+            for result in ["ok", "failed"] {
+                let _ = m
+                    .matrix_sends
+                    .get_or_create(&labels([("kind", kind), ("result", result)]));
+            }
+        }
         Metrics { registry, ..m }
     }
 
@@ -375,8 +426,21 @@ mod tests {
     }
 
     #[test]
-    fn every_family_is_named_with_the_prefix_and_typed_before_anything_is_counted() {
-        let text = Metrics::new().render();
+    fn every_family_is_named_with_the_prefix_and_typed() {
+        let m = Metrics::new();
+        // The families whose labels are known only once used.
+        m.tool_call("whoami", "ok", Duration::ZERO);
+        let drop = mc_model::Effect::Dropped {
+            identity: None,
+            event_id: None,
+            reason: mc_model::DropReason::Stranger,
+        };
+        m.step(&[drop], Duration::ZERO);
+        m.set_gauges(&Gauges {
+            model: vec![("bot".into(), ModelGauges::default())],
+            sync_age: vec![("bot".into(), Some(Duration::ZERO))],
+        });
+        let text = m.render();
         for (name, kind) in [
             ("pushes_total", "counter"),
             ("replays_total", "counter"),
@@ -396,6 +460,23 @@ mod tests {
         ] {
             let line = format!("# TYPE matrix_channel_{name} {kind}");
             assert!(text.contains(&line), "{line} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_series_of_known_labels_start_at_zero() {
+        let text = Metrics::new().render();
+        for series in [
+            r#"matrix_channel_pushes_total{kind="gap_cut",result="failed"}"#,
+            r#"matrix_channel_replays_total{result="sent"}"#,
+            r#"matrix_channel_verdict_sends_total{result="failed"}"#,
+            r#"matrix_channel_verdicts_total{behavior="deny",via="policy"}"#,
+            r#"matrix_channel_prompts_total{outcome="post_failed"}"#,
+            r#"matrix_channel_matrix_sends_total{kind="write",result="ok"}"#,
+            "matrix_channel_push_latency_seconds_count",
+            "matrix_channel_engine_input_seconds_count",
+        ] {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in:\n{text}");
         }
     }
 
@@ -442,7 +523,7 @@ mod tests {
         }
         assert_eq!(
             sample(&text, r#"matrix_channel_replays_total{result="failed"}"#),
-            None
+            Some(0.0)
         );
     }
 

@@ -30,7 +30,7 @@ mod run;
 
 pub use persist::{JournalPersist, NoPersist, Persist};
 pub use queues::MATRIX_SENDS_AT_ONCE;
-pub use run::{spawn, spawn_observed};
+pub use run::spawn;
 
 use crate::write::{ToolError, Written};
 use async_trait::async_trait;

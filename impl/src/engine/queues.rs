@@ -346,15 +346,17 @@ mod tests {
             id: EffectId(n),
             method: "notifications/claude/channel",
             params: json!({ "n": n }),
+            counted: Counted::Verdict,
         };
-        queues.send(&wire, &engine, s1.clone(), item(1));
+        let metrics = Arc::default();
+        queues.send(&wire, &engine, &metrics, s1.clone(), item(1));
         queues.detached(&s1);
         assert!(
             queues.queues.is_empty(),
             "a detached session keeps no queue"
         );
         // The session comes back while its first push is still being written.
-        queues.send(&wire, &engine, s1.clone(), item(2));
+        queues.send(&wire, &engine, &metrics, s1.clone(), item(2));
         crate::testing::idle().await;
         assert!(wire.notified.lock().unwrap().is_empty());
         gate.add_permits(1);

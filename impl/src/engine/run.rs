@@ -30,21 +30,11 @@ pub fn spawn<W: Wire, P: Persist>(
     persist: P,
     clock: fn() -> Timestamp,
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
-    spawn_observed(channel, wire, persist, clock, Default::default())
-}
-
-/// [`spawn`], counting into `metrics` (`serve`'s, which `/metrics` renders): what
-/// the model's effects were, how their execution went, the engine time per input.
-/// Observation only: nothing here reads a metric.
-pub fn spawn_observed<W: Wire, P: Persist>(
-    channel: Channel,
-    wire: std::sync::Arc<W>,
-    persist: P,
-    clock: fn() -> Timestamp,
-    metrics: std::sync::Arc<crate::metrics::Metrics>,
-) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let counters = std::sync::Arc::<Counters>::default();
+    // What `/metrics` renders ([`EngineHandle::metrics`]); the engine counts into it,
+    // and nothing reads it to decide.
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
     let engine = Engine {
         tx: tx.clone(),
         counters: counters.clone(),
