@@ -81,6 +81,7 @@ async fn no_token_a_wrong_token_or_another_identitys_room_or_session_fails_clear
         session_idle_secs: None,
         max_download_bytes: None,
         batch_deadline_ms: None,
+        top_level: None,
     })
     .await;
     let room_a = human.create_room(&[&alpha.user_id]).await;
@@ -281,6 +282,7 @@ async fn a_host_or_origin_not_allowed_is_403_with_or_without_a_token() {
         session_idle_secs: None,
         max_download_bytes: None,
         batch_deadline_ms: None,
+        top_level: None,
     })
     .await;
     let token = server.token("bot");

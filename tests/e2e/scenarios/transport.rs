@@ -71,6 +71,7 @@ async fn malformed_bodies_get_400_with_a_json_rpc_error_and_batches_follow_the_r
         session_idle_secs: None,
         max_download_bytes: None,
         batch_deadline_ms: None,
+        top_level: None,
     })
     .await;
     let token = server.token("bot");
