@@ -289,10 +289,9 @@ mod tests {
             Some("127.0.0.1:9700".parse().unwrap())
         );
         assert_eq!(config.warnings, []);
-        assert!(
-            !format!("{config:?}").contains(token),
-            "Debug hides the token"
-        );
+        let shown = format!("{config:?}");
+        assert!(!shown.contains(token), "Debug hides the token");
+        assert!(shown.contains("MetricsToken(…)"), "{shown}");
     }
 
     #[test]
