@@ -569,6 +569,15 @@ mod tests {
         assert_eq!(in_flight, 0, "the Sent outcome was fed back");
         // Restarted, Attach, the message and the push's outcome.
         assert_eq!(engine.stats().inputs, 4);
+        // The metrics counted the push written, timed from the message's arrival.
+        let metrics = engine.metrics().render();
+        for line in [
+            "matrix_channel_pushes_total{kind=\"message\",result=\"sent\"} 1",
+            "matrix_channel_push_latency_seconds_count 1",
+            "matrix_channel_engine_input_seconds_count 4",
+        ] {
+            assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
