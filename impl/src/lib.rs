@@ -10,6 +10,7 @@ pub mod http;
 pub mod journal;
 pub mod matrix;
 pub mod mcp;
+pub mod metrics;
 pub mod operator;
 pub mod rate_limit;
 pub mod server;

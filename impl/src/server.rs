@@ -386,6 +386,25 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
     }
 
     let stop = Stop::new();
+    // `metrics_listen`: `/metrics` alone, on a listener of its own.
+    let metrics_http = match config.metrics_listen {
+        None => None,
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("listening on {at} (metrics_listen)"))?;
+            let addr = listener.local_addr()?;
+            let app = metrics_router(&config, engine.clone(), &identities);
+            println!("matrix-channel: metrics on http://{addr}/metrics");
+            tracing::info!(%addr, "metrics listening");
+            let served = axum::serve(listener, app).with_graceful_shutdown(stop.stopped());
+            Some(tokio::spawn(async move {
+                if let Err(e) = served.await {
+                    tracing::error!("the metrics listener stopped: {e}");
+                }
+            }))
+        }
+    };
     let router = router(
         &config,
         store.clone(),
@@ -447,6 +466,10 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
                 true
             }
         };
+    if let Some(task) = metrics_http {
+        // A scrape is short; one still open now is cut.
+        task.abort();
+    }
     Ok(crate::shutdown::drain(signalled, http_cut, sync_tasks, &engine).await)
 }
 
@@ -469,6 +492,12 @@ pub fn router(
             .iter()
             .map(|(name, identity)| (name.clone(), identity.health.clone()))
             .collect(),
+    };
+    let sync_healths = health.identities.clone();
+    let metrics_state = |token| crate::http::MetricsState {
+        engine: engine.clone(),
+        identities: sync_healths,
+        token,
     };
     let app = Arc::new(App {
         identities,
@@ -504,7 +533,7 @@ pub fn router(
         manager(None),
         http_config,
     );
-    axum::Router::new()
+    let routes = axum::Router::new()
         .nest_service("/mcp", tools)
         .nest_service("/channel", channel)
         .layer(axum::middleware::from_fn_with_state(
@@ -523,18 +552,51 @@ pub fn router(
         // token, but not to a page whose Host or Origin is not allowed (DNS
         // rebinding would let it read ok or degraded).
         .merge(crate::http::health_router(health))
-        // The outer layer, so it runs first: Host and Origin before the token, on
-        // every route.
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(
-                mc_adapters::origin::Guard::new(
-                    &config.allowed_hosts,
-                    config.allowed_origins.as_deref(),
-                )
-                .expect("the config check parsed allowed_hosts and allowed_origins"),
+        // `/metrics` takes the operator's metrics token, not an identity's.
+        .merge(match &config.metrics_token {
+            Some(token) => crate::http::metrics_router(metrics_state(Some(token.clone()))),
+            None if config.metrics_listen.is_some() => crate::http::metrics_off_router(
+                "/metrics is served on metrics_listen; set metrics_token to serve it here too",
             ),
-            crate::http::guard_host_and_origin,
-        ))
+            None => crate::http::metrics_off_router(
+                "metrics are off: set metrics_token or metrics_listen",
+            ),
+        });
+    // Host and Origin before the token, on every route.
+    guarded(routes, config)
+}
+
+/// `router` behind the Host and Origin guard ([`crate::http::guard_host_and_origin`]),
+/// as the outer layer: it runs first, before any token is read.
+fn guarded(router: axum::Router, config: &Config) -> axum::Router {
+    router.layer(axum::middleware::from_fn_with_state(
+        Arc::new(
+            mc_adapters::origin::Guard::new(
+                &config.allowed_hosts,
+                config.allowed_origins.as_deref(),
+            )
+            .expect("the config check parsed allowed_hosts and allowed_origins"),
+        ),
+        crate::http::guard_host_and_origin,
+    ))
+}
+
+/// The router of `metrics_listen`: `GET /metrics` alone, behind the Host and Origin
+/// guard, taking `metrics_token` when it is set and no token otherwise.
+pub fn metrics_router(
+    config: &Config,
+    engine: EngineHandle,
+    identities: &BTreeMap<String, Identity>,
+) -> axum::Router {
+    let state = crate::http::MetricsState {
+        engine,
+        identities: identities
+            .iter()
+            .map(|(name, identity)| (name.clone(), identity.health.clone()))
+            .collect(),
+        token: config.metrics_token.clone(),
+    };
+    guarded(crate::http::metrics_router(state), config)
 }
 
 #[cfg(test)]
@@ -579,6 +641,122 @@ mod tests {
         assert_eq!((plain.name, plain.topic.as_deref()), (None, Some("t")));
     }
 
+    /// `router` of a server with no identity, configured by `config` from the
+    /// test config, and a GET of `path` with `Host: host` and `token`.
+    fn metrics_app(change: impl FnOnce(&mut Config)) -> axum::Router {
+        let dir = std::env::temp_dir().join(format!("mc-server-{}", rand::random::<u64>()));
+        let store = Store::open(&dir).unwrap();
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            store_dir: dir,
+            allowed_hosts: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+            allowed_origins: None,
+            session_idle_secs: 0,
+            max_download_bytes: 1 << 20,
+            batch_deadline_ms: 1_000,
+            log: "info".to_owned(),
+            rate_limits: Default::default(),
+            metrics_token: None,
+            metrics_listen: None,
+            identities: BTreeMap::new(),
+            warnings: Vec::new(),
+        };
+        change(&mut config);
+        let (engine, _task) = engine::spawn(
+            Channel::new(),
+            Arc::new(LiveWire {
+                peers: Peers::default(),
+                identities: BTreeMap::new(),
+            }),
+            engine::NoPersist,
+            engine::now_ms,
+        );
+        let main = router(
+            &config,
+            store,
+            engine.clone(),
+            Peers::default(),
+            BTreeMap::new(),
+            Stop::new(),
+        );
+        if config.metrics_listen.is_some() {
+            // The tests read `metrics_listen`'s router through `/own/metrics`.
+            main.nest("/own", metrics_router(&config, engine, &BTreeMap::new()))
+        } else {
+            main
+        }
+    }
+
+    async fn get_metrics(
+        app: &axum::Router,
+        path: &str,
+        host: &str,
+        token: Option<&str>,
+    ) -> (StatusCode, String) {
+        let mut req = Request::builder()
+            .method("GET")
+            .uri(path)
+            .header(header::HOST, host);
+        if let Some(token) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = app
+            .clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    const METRICS_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_are_404_until_configured_and_then_take_the_metrics_token_behind_the_guard() {
+        let off = metrics_app(|_| {});
+        let (status, body) = get_metrics(&off, "/metrics", "127.0.0.1:8700", None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(
+            body.contains("set metrics_token or metrics_listen"),
+            "{body}"
+        );
+
+        let on = metrics_app(|c| {
+            c.metrics_token = Some(mc_adapters::config::MetricsToken::new(METRICS_TOKEN).unwrap())
+        });
+        let (status, body) =
+            get_metrics(&on, "/metrics", "evil.example:8700", Some(METRICS_TOKEN)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        let (status, _) = get_metrics(&on, "/metrics", "127.0.0.1:8700", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, body) =
+            get_metrics(&on, "/metrics", "127.0.0.1:8700", Some(METRICS_TOKEN)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(
+            body.contains("# TYPE matrix_channel_pushes_total counter"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_listen_alone_serves_metrics_there_without_a_token_and_not_on_listen() {
+        let app = metrics_app(|c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap()));
+        let (status, body) = get_metrics(&app, "/metrics", "127.0.0.1:8700", None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(body.contains("served on metrics_listen"), "{body}");
+        let (status, body) = get_metrics(&app, "/own/metrics", "127.0.0.1:9700", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (status, _) = get_metrics(&app, "/own/metrics", "evil.example:9700", None).await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "its own listener keeps the guard"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn health_is_behind_the_host_and_origin_guard_like_the_mcp_mounts() {
         let dir = std::env::temp_dir().join(format!("mc-server-{}", rand::random::<u64>()));
@@ -593,6 +771,8 @@ mod tests {
             batch_deadline_ms: 1_000,
             log: "info".to_owned(),
             rate_limits: Default::default(),
+            metrics_token: None,
+            metrics_listen: None,
             identities: BTreeMap::new(),
             warnings: Vec::new(),
         };

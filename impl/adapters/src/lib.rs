@@ -25,6 +25,7 @@ pub mod effects;
 pub mod fit;
 pub mod gap;
 pub mod jsonrpc;
+pub mod metrics;
 pub mod origin;
 pub mod params;
 pub mod rate_limit;

@@ -181,6 +181,7 @@ enum Command {
 pub struct EngineHandle {
     tx: mpsc::UnboundedSender<Command>,
     counters: std::sync::Arc<Counters>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 /// What the engine has done since it started, for `/health` and the benchmarks.
@@ -226,9 +227,19 @@ impl EngineHandle {
         }
     }
 
-    /// Queues an input. Inputs are handled in the order they were submitted.
+    /// The server's metrics (`/metrics`), which the engine counts into.
+    pub fn metrics(&self) -> &std::sync::Arc<crate::metrics::Metrics> {
+        &self.metrics
+    }
+
+    /// Queues an input. Inputs are handled in the order they were submitted. A
+    /// Matrix event's arrival is noted for the push latency
+    /// ([`crate::metrics::Metrics::received`]).
     /// Errors: the engine has stopped.
     pub fn submit(&self, input: Input) -> Result<(), EngineStopped> {
+        if let Some((event, _)) = input.matrix_event() {
+            self.metrics.received(event);
+        }
         self.tx
             .send(Command::Input(Box::new(input)))
             .map_err(|_| EngineStopped)

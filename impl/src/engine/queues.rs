@@ -67,8 +67,21 @@ pub(super) enum Outbound {
         id: EffectId,
         method: &'static str,
         params: Value,
+        counted: Counted,
     },
     Log(String),
+}
+
+/// What a notification counts as in the metrics once written or failed.
+pub(super) enum Counted {
+    /// A push: its kind, whether a replay, and its event's receipt (timed when sent).
+    Push {
+        kind: &'static str,
+        replayed: bool,
+        received: Option<std::time::Instant>,
+    },
+    /// A verdict.
+    Verdict,
 }
 
 /// One ordered outbound queue per MCP session, each drained by its own task: the
@@ -121,6 +134,7 @@ impl SessionQueues {
         &mut self,
         wire: &std::sync::Arc<W>,
         engine: &mpsc::UnboundedSender<Command>,
+        metrics: &std::sync::Arc<crate::metrics::Metrics>,
         session: SessionId,
         item: Outbound,
     ) {
@@ -128,12 +142,12 @@ impl SessionQueues {
         let queue = self.queues.entry(session.clone()).or_insert_with(|| {
             let (items, receiver) = mpsc::unbounded_channel();
             let before = retiring.remove(&session);
-            let (wire, engine) = (wire.clone(), engine.clone());
+            let (wire, engine, metrics) = (wire.clone(), engine.clone(), metrics.clone());
             let task = tokio::spawn(async move {
                 if let Some(before) = before {
                     let _ = before.await;
                 }
-                drain(wire, engine, session, receiver).await;
+                drain(wire, engine, metrics, session, receiver).await;
             });
             SessionQueue {
                 attachment: 0,
@@ -150,13 +164,19 @@ impl SessionQueues {
 async fn drain<W: Wire>(
     wire: std::sync::Arc<W>,
     engine: mpsc::UnboundedSender<Command>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
     session: SessionId,
     mut items: mpsc::UnboundedReceiver<(u64, Outbound)>,
 ) {
     let mut failure = QueueFailure::default();
     while let Some((attachment, item)) = items.recv().await {
         match item {
-            Outbound::Notify { id, method, params } => {
+            Outbound::Notify {
+                id,
+                method,
+                params,
+                counted,
+            } => {
                 let result = if failure.writes(attachment) {
                     notify(&*wire, &session, method, params).await
                 } else {
@@ -164,6 +184,14 @@ async fn drain<W: Wire>(
                 };
                 if result.is_err() {
                     failure.failed(attachment);
+                }
+                match counted {
+                    Counted::Push {
+                        kind,
+                        replayed,
+                        received,
+                    } => metrics.pushed(kind, replayed, result.is_ok(), received),
+                    Counted::Verdict => metrics.verdict_sent(result.is_ok()),
                 }
                 let _ = engine.send(Command::Input(Box::new(completed(id, result))));
             }
@@ -318,15 +346,17 @@ mod tests {
             id: EffectId(n),
             method: "notifications/claude/channel",
             params: json!({ "n": n }),
+            counted: Counted::Verdict,
         };
-        queues.send(&wire, &engine, s1.clone(), item(1));
+        let metrics = Arc::default();
+        queues.send(&wire, &engine, &metrics, s1.clone(), item(1));
         queues.detached(&s1);
         assert!(
             queues.queues.is_empty(),
             "a detached session keeps no queue"
         );
         // The session comes back while its first push is still being written.
-        queues.send(&wire, &engine, s1.clone(), item(2));
+        queues.send(&wire, &engine, &metrics, s1.clone(), item(2));
         crate::testing::idle().await;
         assert!(wire.notified.lock().unwrap().is_empty());
         gate.add_permits(1);

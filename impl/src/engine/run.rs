@@ -6,7 +6,7 @@
 //! waiting for them.
 
 use super::persist::Persist;
-use super::queues::{Outbound, RoomLanes, SessionQueues};
+use super::queues::{Counted, Outbound, RoomLanes, SessionQueues};
 use super::{
     channel_params, verdict_params, Command, Counters, EngineHandle, Wire, WriteAnswer,
     CHANNEL_METHOD, VERDICT_METHOD,
@@ -32,9 +32,13 @@ pub fn spawn<W: Wire, P: Persist>(
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let counters = std::sync::Arc::<Counters>::default();
+    // What `/metrics` renders ([`EngineHandle::metrics`]); the engine counts into it,
+    // and nothing reads it to decide.
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
     let engine = Engine {
         tx: tx.clone(),
         counters: counters.clone(),
+        metrics: metrics.clone(),
         calls: Default::default(),
         next_call: 0,
         channel,
@@ -57,12 +61,20 @@ pub fn spawn<W: Wire, P: Persist>(
         engine.step(Input::Restarted).await;
         engine.run(rx).await
     });
-    (EngineHandle { tx, counters }, task)
+    (
+        EngineHandle {
+            tx,
+            counters,
+            metrics,
+        },
+        task,
+    )
 }
 
 struct Engine<W, P> {
     tx: mpsc::UnboundedSender<Command>,
     counters: std::sync::Arc<Counters>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// Tool calls waiting for the model's answer to their write.
     calls: std::collections::BTreeMap<CallId, oneshot::Sender<WriteAnswer>>,
     next_call: u64,
@@ -82,6 +94,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
     fn spawn_post(&mut self, id: EffectId, identity: IdentityId, room: RoomId, text: PromptText) {
         let wire = self.wire.clone();
         let tx = self.tx.clone();
+        let metrics = self.metrics.clone();
         let (who, at) = (identity.clone(), room.clone());
         self.rooms.run(
             &who,
@@ -89,6 +102,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             Box::pin(async move {
                 let txn_id = prompt_txn_id(id);
                 let result = wire.post_prompt(&identity, &room, &text, &txn_id).await;
+                metrics.matrix_send("prompt", result.is_ok());
                 let _ = tx.send(Command::Input(Box::new(posted(id, result))));
             }),
         );
@@ -219,8 +233,10 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             return None;
         }
         self.persist.handled(&self.channel);
-        self.counters
-            .add(handled - handling, (handling - started) + handled.elapsed());
+        let persisted = (handling - started) + handled.elapsed();
+        self.counters.add(handled - handling, persisted);
+        self.metrics
+            .step(&effects, (handled - handling) + persisted);
         let answer = answer(&effects);
         for effect in effects {
             self.execute(effect);
@@ -238,16 +254,27 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 id,
                 identity: _,
                 session,
-                event_id: _,
+                event_id,
                 notification,
             } => {
                 let params = channel_params(&notification);
+                let (kind, replayed) = mc_adapters::metrics::push_labels(&notification);
+                // A replay is not timed: it waited for the session, not for us.
+                let received = event_id
+                    .filter(|_| !replayed)
+                    .and_then(|event| self.metrics.receipt(&event));
                 let item = Outbound::Notify {
                     id,
                     method: CHANNEL_METHOD,
                     params,
+                    counted: Counted::Push {
+                        kind,
+                        replayed,
+                        received,
+                    },
                 };
-                self.sessions.send(&self.wire, &self.tx, session, item);
+                self.sessions
+                    .send(&self.wire, &self.tx, &self.metrics, session, item);
             }
             Effect::SendVerdict {
                 id,
@@ -260,8 +287,10 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     id,
                     method: VERDICT_METHOD,
                     params,
+                    counted: Counted::Verdict,
                 };
-                self.sessions.send(&self.wire, &self.tx, session, item);
+                self.sessions
+                    .send(&self.wire, &self.tx, &self.metrics, session, item);
             }
             Effect::PostPrompt {
                 id,
@@ -277,12 +306,15 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 text,
             } => {
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let (who, at) = (identity.clone(), room.clone());
                 self.rooms.run(
                     &who,
                     &at,
                     Box::pin(async move {
-                        if let Err(e) = wire.edit_prompt(&identity, &room, &event_id, &text).await {
+                        let result = wire.edit_prompt(&identity, &room, &event_id, &text).await;
+                        metrics.matrix_send("edit", result.is_ok());
+                        if let Err(e) = result {
                             tracing::warn!(%identity, %event_id, "editing a prompt failed: {e}");
                         }
                     }),
@@ -294,12 +326,15 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 text,
             } => {
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let (who, at) = (identity.clone(), room.clone());
                 self.rooms.run(
                     &who,
                     &at,
                     Box::pin(async move {
-                        if let Err(e) = wire.announce(&identity, &room, &text).await {
+                        let result = wire.announce(&identity, &room, &text).await;
+                        metrics.matrix_send("announce", result.is_ok());
+                        if let Err(e) = result {
                             tracing::warn!(%identity, "posting a notice failed: {e}");
                         }
                     }),
@@ -312,12 +347,15 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 text,
             } => {
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let (who, at) = (identity.clone(), room.clone());
                 self.rooms.run(
                     &who,
                     &at,
                     Box::pin(async move {
-                        if let Err(e) = wire.notice(&identity, &room, &in_reply_to, &text).await {
+                        let result = wire.notice(&identity, &room, &in_reply_to, &text).await;
+                        metrics.matrix_send("notice", result.is_ok());
+                        if let Err(e) = result {
                             tracing::warn!(%identity, "posting a notice failed: {e}");
                         }
                     }),
@@ -331,6 +369,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             } => {
                 let answer = self.calls.remove(&call);
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let tx = self.tx.clone();
                 let who = identity.clone();
                 let at = write_lane(&write);
@@ -339,6 +378,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     &at,
                     Box::pin(async move {
                         let result = wire.write(&identity, &write).await;
+                        metrics.matrix_send("write", result.is_ok());
                         let outcome = match &result {
                             Ok(_) => Outcome::Sent,
                             Err(e) => Outcome::Failed {
@@ -358,6 +398,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
             }
             Effect::JoinRoom { id, identity, room } => {
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let tx = self.tx.clone();
                 let (who, at) = (identity.clone(), room.clone());
                 self.rooms.run(
@@ -365,6 +406,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     &at,
                     Box::pin(async move {
                         let result = wire.join_room(&identity, &room).await;
+                        metrics.matrix_send("join", result.is_ok());
                         if let Err(e) = &result {
                             tracing::warn!(%identity, %room, "joining on an invite failed: {e}");
                         }
@@ -380,6 +422,7 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 invite,
             } => {
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let tx = self.tx.clone();
                 // The label's own lane: no room exists yet, and one label's creation
                 // is never in flight twice.
@@ -388,7 +431,9 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                     &who,
                     &at,
                     Box::pin(async move {
-                        let outcome = match wire.create_room(&identity, &name, &invite).await {
+                        let created = wire.create_room(&identity, &name, &invite).await;
+                        metrics.matrix_send("create_room", created.is_ok());
+                        let outcome = match created {
                             Ok(room) => {
                                 tracing::info!(%identity, %label, %room, "created a room");
                                 Outcome::Created { room }
@@ -415,12 +460,15 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 typing,
             } => {
                 let wire = self.wire.clone();
+                let metrics = self.metrics.clone();
                 let (who, at) = (identity.clone(), room.clone());
                 self.rooms.run(
                     &who,
                     &at,
                     Box::pin(async move {
-                        if let Err(e) = wire.typing(&identity, &room, typing).await {
+                        let result = wire.typing(&identity, &room, typing).await;
+                        metrics.matrix_send("typing", result.is_ok());
+                        if let Err(e) = result {
                             tracing::warn!(%identity, %room, typing, "a typing notice failed: {e}");
                         }
                     }),
@@ -442,8 +490,13 @@ impl<W: Wire, P: Persist> Engine<W, P> {
                 message,
             } => {
                 tracing::warn!(%identity, %session, "{message}");
-                self.sessions
-                    .send(&self.wire, &self.tx, session, Outbound::Log(message));
+                self.sessions.send(
+                    &self.wire,
+                    &self.tx,
+                    &self.metrics,
+                    session,
+                    Outbound::Log(message),
+                );
             }
             Effect::Decided {
                 identity,
@@ -516,6 +569,15 @@ mod tests {
         assert_eq!(in_flight, 0, "the Sent outcome was fed back");
         // Restarted, Attach, the message and the push's outcome.
         assert_eq!(engine.stats().inputs, 4);
+        // The metrics counted the push written, timed from the message's arrival.
+        let metrics = engine.metrics().render();
+        for line in [
+            "matrix_channel_pushes_total{kind=\"message\",result=\"sent\"} 1",
+            "matrix_channel_push_latency_seconds_count 1",
+            "matrix_channel_engine_input_seconds_count 4",
+        ] {
+            assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

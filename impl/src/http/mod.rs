@@ -1,5 +1,5 @@
-//! HTTP: the axum router's parts for the two MCP mounts (`/mcp`, `/channel`) and
-//! `GET /health`: which mount a path is ([`Mount`]), the authenticated [`Caller`], the
+//! HTTP: the axum router's parts for the two MCP mounts (`/mcp`, `/channel`),
+//! `GET /health` and `GET /metrics`: which mount a path is ([`Mount`]), the authenticated [`Caller`], the
 //! live [`Peers`] of sessions, the Host and Origin guard, and the revisions this server
 //! negotiates. The rest, by concern:
 //!
@@ -8,6 +8,8 @@
 //! - `body`: [`jsonrpc_body`], the POST body before rmcp reads it (JSON-RPC errors,
 //!   batches, the payload bound);
 //! - `health_route`: the `GET /health` handler (what it reports is `crate::health`'s);
+//! - `metrics_route`: the `GET /metrics` handler, its token, and its 404 when off
+//!   (what it counts is `crate::metrics`');
 //! - `stores`: rmcp's durable-session hooks in SQLite ([`SqliteSessionStore`],
 //!   [`SqliteEventStore`]);
 //! - `streams`: the session manager that binds resumption to the session and tells the
@@ -18,6 +20,7 @@
 mod auth;
 mod body;
 mod health_route;
+mod metrics_route;
 mod stores;
 mod streams;
 #[cfg(test)]
@@ -26,6 +29,7 @@ pub(crate) mod testing;
 pub use auth::{authenticate, AuthState, TOKEN_RECHECK};
 pub use body::{jsonrpc_body, BodyState, MAX_BODY_BYTES};
 pub use health_route::{health, health_router, HealthState};
+pub use metrics_route::{metrics, metrics_off_router, metrics_router, MetricsState};
 pub use stores::{SqliteEventStore, SqliteSessionStore};
 pub use streams::{ClosedFuture, StreamGuard, StreamTracker, Tracked, TrackingManager};
 

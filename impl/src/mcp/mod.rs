@@ -233,9 +233,10 @@ impl McpServer {
     /// The one path every tool takes: the caller's identity (the token's, fixed at
     /// authentication), the rate limit of tool calls (per token and per identity:
     /// `rate_limited`, and the body does not run), a tracing span named for the
-    /// tool, the tool's own body, and the error contract of the module docs. A tool
-    /// is its arguments and `body`, whose result type `T` is the tool's output
-    /// schema ([`metadata`]).
+    /// tool, the tool's own body, its count and time in the metrics (`ok` or the
+    /// error's kind; a call refused by a limit counts as `rate_limited`), and the
+    /// error contract of the module docs. A tool is its arguments and `body`, whose
+    /// result type `T` is the tool's output schema ([`metadata`]).
     async fn run<'a, T, F, Fut>(
         &'a self,
         parts: &http::request::Parts,
@@ -253,6 +254,7 @@ impl McpServer {
             identity = %identity.name,
             mount = self.mount.as_str()
         );
+        let started = std::time::Instant::now();
         let token = parts
             .extensions
             .get::<Caller>()
@@ -270,6 +272,14 @@ impl McpServer {
             }
             Err(e) => Err(e),
         };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.kind(),
+        };
+        self.app
+            .engine
+            .metrics()
+            .tool_call(tool, outcome, started.elapsed());
         if let Err(e) = &result {
             tracing::info!(tool, identity = %identity.name, kind = e.kind(), "tool failed: {}", e.message());
         }

@@ -15,6 +15,7 @@ pub mod human;
 pub mod mcp;
 pub mod nio;
 pub mod outage;
+pub mod prometheus;
 pub mod proxy;
 pub mod server;
 

@@ -31,7 +31,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{oneshot, OnceCell, SemaphorePermit};
 
 /// The python of the venv `scripts/nio/setup` made (it prints it), once per process.
-async fn nio_python() -> &'static str {
+pub(crate) async fn nio_python() -> &'static str {
     static PYTHON: OnceCell<String> = OnceCell::const_new();
     PYTHON
         .get_or_init(|| async {

@@ -77,6 +77,8 @@ pub struct ServerConfig {
     /// TOML of the `[rate_limits]` tables, appended at the end of the file: `None`
     /// leaves the server's defaults.
     pub rate_limits: Option<String>,
+    /// TOML lines of top-level keys, written before the identities (`metrics_token`).
+    pub top_level: Option<String>,
 }
 
 /// A TOML basic string (a JSON string literal is one, escapes included).
@@ -103,6 +105,10 @@ impl ServerConfig {
         }
         if let Some(ms) = self.batch_deadline_ms {
             out.push_str(&format!("batch_deadline_ms = {ms}\n"));
+        }
+        if let Some(lines) = &self.top_level {
+            out.push_str(lines);
+            out.push('\n');
         }
         for id in &self.identities {
             out.push_str(&format!("\n[identities.{}]\n", id.name));
@@ -359,6 +365,16 @@ impl Server {
     /// `/proc/PID/status` by the benchmark; the shutdown scenarios signal it).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
+    }
+
+    /// The rest of the first line `serve` printed on stdout that starts with `prefix`
+    /// (it prints every address it listens on before [`LISTENING`], which
+    /// [`Server::start`] waited for).
+    pub fn stdout_line(&self, prefix: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.path.join("serve.stdout")).ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .map(str::to_owned)
     }
 
     /// The address it listens on.

@@ -82,6 +82,7 @@ async fn no_token_a_wrong_token_or_another_identitys_room_or_session_fails_clear
         max_download_bytes: None,
         batch_deadline_ms: None,
         rate_limits: None,
+        top_level: None,
     })
     .await;
     let room_a = human.create_room(&[&alpha.user_id]).await;
@@ -283,6 +284,7 @@ async fn a_host_or_origin_not_allowed_is_403_with_or_without_a_token() {
         max_download_bytes: None,
         batch_deadline_ms: None,
         rate_limits: None,
+        top_level: None,
     })
     .await;
     let token = server.token("bot");

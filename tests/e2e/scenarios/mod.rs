@@ -13,6 +13,7 @@ mod config_check;
 mod cross_signing;
 mod encrypted;
 mod mcp_conformance;
+mod metrics;
 mod permission_reaction;
 mod permission_text;
 mod plaintext;

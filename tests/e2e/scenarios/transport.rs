@@ -72,6 +72,7 @@ async fn malformed_bodies_get_400_with_a_json_rpc_error_and_batches_follow_the_r
         max_download_bytes: None,
         batch_deadline_ms: None,
         rate_limits: None,
+        top_level: None,
     })
     .await;
     let token = server.token("bot");

@@ -465,7 +465,7 @@ fn dropped(event_id: Option<&EventId>, reason: &DropReason, input: &Input) -> Op
 
 /// What a drop is to the trail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DropIs {
+pub(crate) enum DropIs {
     /// A prompt ended without a verdict; the reason's name.
     PromptEnded(&'static str),
     /// A permission request not relayed, when the step's input is one (the same
@@ -477,7 +477,7 @@ enum DropIs {
     Nothing,
 }
 
-fn drop_is(reason: &DropReason) -> DropIs {
+pub(crate) fn drop_is(reason: &DropReason) -> DropIs {
     match reason {
         DropReason::PromptExpired => DropIs::PromptEnded("expired"),
         DropReason::PromptEvicted => DropIs::PromptEnded("evicted"),

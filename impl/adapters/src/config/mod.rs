@@ -68,6 +68,16 @@
 //!   the messages after it are not started (each request among them gets an error
 //!   saying so). Default 30,000 (30 s, half the MCP TypeScript SDK's request
 //!   timeout); must be greater than zero.
+//! - `metrics_token`: the bearer token `GET /metrics` takes (at least 32
+//!   characters, no whitespace; better given as `MATRIX_CHANNEL_METRICS_TOKEN` than
+//!   written in the file). Set: `/metrics` is served on `listen` to a request with
+//!   `Authorization: Bearer <metrics_token>`, and on `metrics_listen` likewise.
+//!   Default: none.
+//! - `metrics_listen`: an address of its own for `GET /metrics` (`"127.0.0.1:9700"`),
+//!   which serves nothing else; without `metrics_token` it takes no token (the
+//!   address is the access control: a warning when it is not loopback). Default:
+//!   none. With neither key, `/metrics` answers 404
+//!   (docs/decisions/0031-metrics.md).
 //! - `log`: a `tracing` filter (`RUST_LOG` syntax, such as `"info,matrix_sdk=warn"`).
 //!   Default: `info`, with matrix-sdk at `warn` ([`DEFAULT_LOG`]).
 //! - `rate_limits`: how many tool calls and Matrix writes each bearer token
@@ -221,11 +231,53 @@ pub struct Config {
     pub log: String,
     /// The rate limits of tool calls and writes, per token and per identity.
     pub rate_limits: crate::rate_limit::RateLimits,
+    /// The bearer token of `GET /metrics`; `None`: `/metrics` is not served on
+    /// `listen`.
+    pub metrics_token: Option<MetricsToken>,
+    /// A listener of its own for `GET /metrics`; `None`: none.
+    pub metrics_listen: Option<SocketAddr>,
     /// By identity name (`[a-z0-9_-]{1,32}`); never empty.
     pub identities: BTreeMap<String, IdentitySettings>,
     /// Things that work but are probably not meant (for `config check` and the
     /// start-up log), in the same shape as errors.
     pub warnings: Vec<ConfigIssue>,
+}
+
+/// `metrics_token`: at least [`MetricsToken::MIN_CHARS`] characters, none of them
+/// whitespace or a control. Its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MetricsToken(String);
+
+impl MetricsToken {
+    /// The shortest token taken: 128 bits as hex.
+    pub const MIN_CHARS: usize = 32;
+
+    /// The token, checked; the error says why not.
+    pub fn new(token: &str) -> Result<MetricsToken, String> {
+        if token.chars().count() < Self::MIN_CHARS {
+            return Err(format!(
+                "must be at least {} characters (a random one: openssl rand -hex 32)",
+                Self::MIN_CHARS
+            ));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("must not hold whitespace or control characters".to_owned());
+        }
+        Ok(MetricsToken(token.to_owned()))
+    }
+
+    /// Whether `given` is this token, compared by their SHA-256 digests so that the
+    /// time taken says nothing of how much of it matched.
+    pub fn matches(&self, given: &str) -> bool {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(self.0.as_bytes()) == Sha256::digest(given.as_bytes())
+    }
+}
+
+impl fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MetricsToken(…)")
+    }
 }
 
 /// One identity's settings, checked (including [`IdentityConfig::validate`]).

@@ -6,14 +6,14 @@
 
 use super::walk::Walk;
 use super::{
-    Config, DEFAULT_ALLOWED_HOSTS, DEFAULT_BATCH_DEADLINE_MS, DEFAULT_LISTEN, DEFAULT_LOG,
-    DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_STORE_DIR,
+    Config, MetricsToken, DEFAULT_ALLOWED_HOSTS, DEFAULT_BATCH_DEADLINE_MS, DEFAULT_LISTEN,
+    DEFAULT_LOG, DEFAULT_MAX_DOWNLOAD_BYTES, DEFAULT_STORE_DIR,
 };
 use figment::value::Dict;
 use std::net::SocketAddr;
 use std::path::Path;
 
-const TOP_KEYS: [&str; 10] = [
+const TOP_KEYS: [&str; 12] = [
     "listen",
     "store_dir",
     "allowed_hosts",
@@ -23,6 +23,8 @@ const TOP_KEYS: [&str; 10] = [
     "batch_deadline_ms",
     "log",
     "rate_limits",
+    "metrics_token",
+    "metrics_listen",
     "identities",
 ];
 
@@ -121,6 +123,47 @@ impl Walk<'_> {
             }),
         };
         let rate_limits = self.rate_limits(data.get("rate_limits"));
+        let metrics_token = match data.get("metrics_token") {
+            None => Some(None),
+            Some(v) => self.typed::<String>("metrics_token", v).and_then(|token| {
+                match MetricsToken::new(&token) {
+                    Ok(token) => Some(Some(token)),
+                    Err(e) => {
+                        // The value is a secret: the message never echoes it.
+                        self.issue("metrics_token", Some(v), e);
+                        None
+                    }
+                }
+            }),
+        };
+        let metrics_listen = match data.get("metrics_listen") {
+            None => Some(None),
+            Some(v) => self.typed::<String>("metrics_listen", v).and_then(|s| {
+                match s.parse::<SocketAddr>() {
+                    Ok(addr) => Some(Some(addr)),
+                    Err(e) => {
+                        self.issue(
+                            "metrics_listen",
+                            Some(v),
+                            format!("{s:?} is not an IP address and port like 127.0.0.1:9700: {e}"),
+                        );
+                        None
+                    }
+                }
+            }),
+        };
+        if let (Some(Some(addr)), None) = (metrics_listen, data.get("metrics_token")) {
+            if !addr.ip().is_loopback() {
+                self.warn(
+                    "metrics_listen",
+                    data.get("metrics_listen"),
+                    format!(
+                        "{addr} is not a loopback address and metrics_token is not set: anyone \
+                         who reaches it reads the metrics; set metrics_token"
+                    ),
+                );
+            }
+        }
         let identities = self.identities(data.get("identities"));
 
         if let (Some(addr), None) = (listen, data.get("allowed_hosts")) {
@@ -145,6 +188,8 @@ impl Walk<'_> {
             batch_deadline_ms: batch_deadline_ms?,
             log: log?,
             rate_limits: rate_limits?,
+            metrics_token: metrics_token?,
+            metrics_listen: metrics_listen?,
             identities: identities?,
             warnings: Vec::new(),
         })
@@ -229,6 +274,71 @@ mod tests {
                 "{line}: {issues:#?}"
             );
         }
+    }
+
+    #[test]
+    fn metrics_are_off_by_default_and_a_token_or_a_listener_turns_them_on() {
+        let config = load(MINIMAL, no_env()).unwrap();
+        assert_eq!((config.metrics_token, config.metrics_listen), (None, None));
+        let token = "0123456789abcdef0123456789abcdef";
+        let config = load(
+            &format!("metrics_listen = \"127.0.0.1:9700\"\n{MINIMAL}"),
+            env(&[("MATRIX_CHANNEL_METRICS_TOKEN", token)]),
+        )
+        .unwrap();
+        assert!(config.metrics_token.as_ref().unwrap().matches(token));
+        assert!(!config.metrics_token.as_ref().unwrap().matches("0123"));
+        assert_eq!(
+            config.metrics_listen,
+            Some("127.0.0.1:9700".parse().unwrap())
+        );
+        assert_eq!(config.warnings, []);
+        let shown = format!("{config:?}");
+        assert!(!shown.contains(token), "Debug hides the token");
+        assert!(shown.contains("MetricsToken(…)"), "{shown}");
+    }
+
+    #[test]
+    fn a_short_or_spaced_metrics_token_and_a_bad_address_are_errors_that_never_echo_the_token() {
+        for (line, path, message) in [
+            (
+                "metrics_token = \"short-secret\"",
+                "metrics_token",
+                "at least 32 characters",
+            ),
+            (
+                "metrics_token = \"0123456789abcdef 0123456789abcdef\"",
+                "metrics_token",
+                "whitespace",
+            ),
+            (
+                "metrics_listen = \"localhost:9700\"",
+                "metrics_listen",
+                "not an IP address",
+            ),
+        ] {
+            let issues = issues(&format!("{line}\n{MINIMAL}"), no_env());
+            assert_eq!(issues.len(), 1, "{line}: {issues:#?}");
+            let issue = issue_at(&issues, path);
+            assert!(issue.message.contains(message), "{line}: {issue:?}");
+            assert!(!issue.message.contains("secret"), "{issue:?}");
+            assert!(!issue.message.contains("0123456789abcdef"), "{issue:?}");
+        }
+    }
+
+    #[test]
+    fn a_metrics_listener_off_loopback_without_a_token_is_a_warning() {
+        let line = "metrics_listen = \"0.0.0.0:9700\"";
+        let config = load(&format!("{line}\n{MINIMAL}"), no_env()).unwrap();
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert_eq!(config.warnings[0].path, "metrics_listen");
+        assert!(config.warnings[0].message.contains("set metrics_token"));
+        let config = load(
+            &format!("{line}\nmetrics_token = \"{}\"\n{MINIMAL}", "a".repeat(32)),
+            no_env(),
+        )
+        .unwrap();
+        assert_eq!(config.warnings, []);
     }
 
     #[test]
