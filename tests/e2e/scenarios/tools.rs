@@ -132,7 +132,9 @@ async fn room_name(reader: &Human, room: &str) -> Value {
 }
 
 /// The summary `read_messages` and `read_thread` give of one unencrypted event:
-/// the common fields, `ts` read back from the homeserver, plus `fields`.
+/// the common fields (its room, and `suspicious` and `truncated` false: the test's
+/// texts hold no marker and are short), `ts` read back from the homeserver, plus
+/// `fields`.
 async fn summary(
     reader: &Human,
     room: &str,
@@ -148,6 +150,9 @@ async fn summary(
         "ts": reader.ts(room, event_id).await,
         "decryption": "plaintext",
         "redacted": false,
+        "room_id": room,
+        "suspicious": false,
+        "truncated": false,
     });
     for (k, v) in fields.as_object().expect("fields are an object") {
         s[k] = v.clone();
