@@ -1609,6 +1609,8 @@ struct WriteSpec {
     own_original: Option<bool>,
     /// For a leave: the room.
     leaves: Option<String>,
+    /// For a name or topic: the room whose state it sets.
+    retitles: Option<String>,
 }
 
 /// What the run has seen: the ids to pick from and the facts to check against.
@@ -1969,7 +1971,8 @@ fn build_write(
     let mut names = Vec::new();
     let mut own_original = None;
     let mut leaves = None;
-    let write = match kind % 9 {
+    let mut retitles = None;
+    let write = match kind % 11 {
         0 | 1 => {
             let reply_to = target.is_multiple_of(2).then(|| event.clone());
             let thread_root = (target % 4 >= 2).then(|| event.clone());
@@ -2044,10 +2047,26 @@ fn build_write(
             leaves = Some(room_id.to_string());
             AgentWrite::Leave { room: room_id }
         }
-        _ => AgentWrite::Invite {
+        8 => AgentWrite::Invite {
             room: room_id,
             user: EVE.into(),
         },
+        9 => {
+            retitles = Some(room_id.to_string());
+            names.push(texts[0].1);
+            AgentWrite::SetRoomName {
+                room: room_id,
+                name: texts[0].0.into(),
+            }
+        }
+        _ => {
+            retitles = Some(room_id.to_string());
+            names.push(texts[0].1);
+            AgentWrite::SetRoomTopic {
+                room: room_id,
+                topic: texts[0].0.into(),
+            }
+        }
     };
     seen.next_call += 1;
     let call = CallId(seen.next_call);
@@ -2058,6 +2077,7 @@ fn build_write(
         names,
         own_original,
         leaves,
+        retitles,
     });
     Input::AgentWrite {
         identity: identity.into(),
@@ -2106,7 +2126,18 @@ fn expected_write(probe: &Channel, seen: &Seen, spec: &WriteSpec) -> Result<(), 
             return Err(DropReason::LeavesPromptRoom);
         }
     }
-    // Another identity's prompts are off limits too, by the same two rules; the
+    // A prompt room (the permission room, or one where a held prompt was posted)
+    // keeps its name and topic.
+    let prompt_room_of = |state: &mc_model::IdentityState| {
+        spec.retitles.as_deref().is_some_and(|room| {
+            state.config().permission_room.as_ref().map(|r| r.as_str()) == Some(room)
+                || state.prompts().iter().any(|p| p.room.as_str() == room)
+        })
+    };
+    if prompt_room_of(state) {
+        return Err(DropReason::PromptRoomState);
+    }
+    // Another identity's prompts are off limits too, by the same three rules; the
     // first such identity (in id order) says why.
     for (other, other_state) in probe.identities() {
         if other.as_str() == spec.identity {
@@ -2117,6 +2148,9 @@ fn expected_write(probe: &Channel, seen: &Seen, spec: &WriteSpec) -> Result<(), 
         }
         if let Some(request_id) = names_held_id_of(other_state) {
             return Err(DropReason::NamesOpenRequest { request_id });
+        }
+        if prompt_room_of(other_state) {
+            return Err(DropReason::PromptRoomState);
         }
     }
     Ok(())
