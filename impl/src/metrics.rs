@@ -384,7 +384,7 @@ pub struct Gauges {
 /// from it. Attached: a session whose stream is open (attaching or live); pending: a
 /// prompt no verdict was taken on yet (posting, pending, settling, withdrawn).
 pub fn model_gauges(channel: &Channel) -> Vec<(String, ModelGauges)> {
-    use mc_model::{Phase, SessionPhase};
+    use mc_model::SessionPhase;
     channel
         .identities()
         .map(|(id, state)| {
@@ -397,15 +397,7 @@ pub fn model_gauges(channel: &Channel) -> Vec<(String, ModelGauges)> {
                 prompts_pending: state
                     .prompts()
                     .iter()
-                    .filter(|p| {
-                        matches!(
-                            p.phase,
-                            Phase::Posting { .. }
-                                | Phase::Pending { .. }
-                                | Phase::Settling { .. }
-                                | Phase::Withdrawn { .. }
-                        )
-                    })
+                    .filter(|p| p.phase.is_unanswered())
                     .count(),
                 undecryptable_backlog: state.undecryptable().len(),
             };

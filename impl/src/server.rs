@@ -641,9 +641,9 @@ mod tests {
         assert_eq!((plain.name, plain.topic.as_deref()), (None, Some("t")));
     }
 
-    /// `router` of a server with no identity, configured by `config` from the
-    /// test config, and a GET of `path` with `Host: host` and `token`.
-    fn metrics_app(change: impl FnOnce(&mut Config)) -> axum::Router {
+    /// `router` of a server with no identity, its config the test config as `change`
+    /// leaves it; with `metrics_listen`, that listener's router nested at `/own`.
+    fn test_app(change: impl FnOnce(&mut Config)) -> axum::Router {
         let dir = std::env::temp_dir().join(format!("mc-server-{}", rand::random::<u64>()));
         let store = Store::open(&dir).unwrap();
         let mut config = Config {
@@ -687,6 +687,7 @@ mod tests {
         }
     }
 
+    /// A GET of `path` with `Host: host` and `token`: its status and body.
     async fn get_metrics(
         app: &axum::Router,
         path: &str,
@@ -716,7 +717,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn metrics_are_404_until_configured_and_then_take_the_metrics_token_behind_the_guard() {
-        let off = metrics_app(|_| {});
+        let off = test_app(|_| {});
         let (status, body) = get_metrics(&off, "/metrics", "127.0.0.1:8700", None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
         assert!(
@@ -724,7 +725,7 @@ mod tests {
             "{body}"
         );
 
-        let on = metrics_app(|c| {
+        let on = test_app(|c| {
             c.metrics_token = Some(mc_adapters::config::MetricsToken::new(METRICS_TOKEN).unwrap())
         });
         let (status, body) =
@@ -743,7 +744,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn metrics_listen_alone_serves_metrics_there_without_a_token_and_not_on_listen() {
-        let app = metrics_app(|c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap()));
+        let app = test_app(|c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap()));
         let (status, body) = get_metrics(&app, "/metrics", "127.0.0.1:8700", None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
         assert!(body.contains("served on metrics_listen"), "{body}");
@@ -759,40 +760,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn health_is_behind_the_host_and_origin_guard_like_the_mcp_mounts() {
-        let dir = std::env::temp_dir().join(format!("mc-server-{}", rand::random::<u64>()));
-        let store = Store::open(&dir).unwrap();
-        let config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            store_dir: dir,
-            allowed_hosts: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
-            allowed_origins: None,
-            session_idle_secs: 0,
-            max_download_bytes: 1 << 20,
-            batch_deadline_ms: 1_000,
-            log: "info".to_owned(),
-            rate_limits: Default::default(),
-            metrics_token: None,
-            metrics_listen: None,
-            identities: BTreeMap::new(),
-            warnings: Vec::new(),
-        };
-        let (engine, _task) = engine::spawn(
-            Channel::new(),
-            Arc::new(LiveWire {
-                peers: Peers::default(),
-                identities: BTreeMap::new(),
-            }),
-            engine::NoPersist,
-            engine::now_ms,
-        );
-        let app = router(
-            &config,
-            store,
-            engine,
-            Peers::default(),
-            BTreeMap::new(),
-            Stop::new(),
-        );
+        let app = test_app(|_| {});
         let get = |path: &'static str, host: &'static str, origin: Option<&'static str>| {
             let mut req = Request::builder()
                 .method("GET")

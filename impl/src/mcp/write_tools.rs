@@ -548,8 +548,7 @@ impl McpServer {
     ) -> Result<Json<Invited>, Failure> {
         self.run(&parts, "invite", move |identity| async move {
             let room = joined(identity, &args.room_id)?;
-            let user = OwnedUserId::try_from(args.user_id.as_str())
-                .map_err(|e| ToolError::Invalid(format!("user_id {:?}: {e}", args.user_id)))?;
+            let user = parse_user(&args.user_id)?;
             let write = AgentWrite::Invite {
                 room: model_room(&room),
                 user: UserId(user.to_string()),
@@ -650,16 +649,11 @@ impl McpServer {
         Parameters(args): Parameters<SetRoomNameArgs>,
     ) -> Result<Json<RoomStateSet>, Failure> {
         self.run(&parts, "set_room_name", move |identity| async move {
-            let room = joined(identity, &args.room_id)?;
-            let write = AgentWrite::SetRoomName {
-                room: model_room(&room),
+            self.set_room_state(identity, &args.room_id, |room| AgentWrite::SetRoomName {
+                room,
                 name: args.name.clone(),
-            };
-            let written = self.write(identity, write).await?;
-            Ok(RoomStateSet {
-                room_id: args.room_id.clone(),
-                event_id: written.event_ids.into_iter().next().unwrap_or_default(),
             })
+            .await
         })
         .await
     }
@@ -680,18 +674,32 @@ impl McpServer {
         Parameters(args): Parameters<SetRoomTopicArgs>,
     ) -> Result<Json<RoomStateSet>, Failure> {
         self.run(&parts, "set_room_topic", move |identity| async move {
-            let room = joined(identity, &args.room_id)?;
-            let write = AgentWrite::SetRoomTopic {
-                room: model_room(&room),
+            self.set_room_state(identity, &args.room_id, |room| AgentWrite::SetRoomTopic {
+                room,
                 topic: args.topic.clone(),
-            };
-            let written = self.write(identity, write).await?;
-            Ok(RoomStateSet {
-                room_id: args.room_id.clone(),
-                event_id: written.event_ids.into_iter().next().unwrap_or_default(),
             })
+            .await
         })
         .await
+    }
+}
+
+impl McpServer {
+    /// `set_room_name` and `set_room_topic`: the state write `write` makes for the
+    /// joined room `room_id`, through the model. Errors: `not_joined`, the model's
+    /// refusal, the homeserver's.
+    async fn set_room_state(
+        &self,
+        identity: &crate::matrix::Identity,
+        room_id: &str,
+        write: impl FnOnce(RoomId) -> AgentWrite,
+    ) -> Result<RoomStateSet, ToolError> {
+        let room = joined(identity, room_id)?;
+        let written = self.write(identity, write(model_room(&room))).await?;
+        Ok(RoomStateSet {
+            room_id: room_id.to_owned(),
+            event_id: written.event_ids.into_iter().next().unwrap_or_default(),
+        })
     }
 }
 
