@@ -19,7 +19,8 @@
 //!    ([`crate::DropReason::NotOwnMessage`]).
 //! 3. **No text names an open request id** ([`crate::DropReason::NamesOpenRequest`]):
 //!    every text field the write carries ([`AgentWrite::texts`]: body, formatted
-//!    body, reaction key, redaction reason), read the way a person reads it
+//!    body, reaction key, redaction reason, room name and topic, file name and
+//!    caption), read the way a person reads it
 //!    ([`names_request_id`]). A message copying a prompt with the real id could be
 //!    answered by an approver who trusts what they read.
 //! 4. **The room of a prompt the core holds is not left**
@@ -127,6 +128,27 @@ pub enum AgentWrite {
     SetRoomName { room: RoomId, name: String },
     /// Set a joined room's `m.room.topic` (`set_room_topic`); an empty topic removes it.
     SetRoomTopic { room: RoomId, topic: String },
+    /// One file (`send_file`): an `m.image`, `m.video`, `m.audio` or `m.file` event
+    /// whose `filename` is `name` and whose `body` is `caption` when there is one,
+    /// `name` otherwise ([Client-Server API, "Media captions"]). The bytes stay with
+    /// the server; `sha256` (lowercase hex of their SHA-256), `size` (bytes) and
+    /// `mimetype` (sniffed from the bytes) name the very bytes sent: the server sends
+    /// none with another digest. The first (only) event replies to `reply_to` and is
+    /// in the thread of `thread_root`, as a [`AgentWrite::Message`]'s first part;
+    /// `txn_id` is its transaction id, so a retried call sends it at most once.
+    ///
+    /// [Client-Server API, "Media captions"]: https://spec.matrix.org/v1.16/client-server-api/#media-captions
+    File {
+        room: RoomId,
+        name: String,
+        caption: Option<AgentText>,
+        mimetype: String,
+        size: u64,
+        sha256: String,
+        reply_to: Option<EventId>,
+        thread_root: Option<EventId>,
+        txn_id: String,
+    },
 }
 
 impl AgentWrite {
@@ -144,6 +166,9 @@ impl AgentWrite {
                 .collect(),
             AgentWrite::SetRoomName { name, .. } => vec![name],
             AgentWrite::SetRoomTopic { topic, .. } => vec![topic],
+            AgentWrite::File { name, caption, .. } => std::iter::once(name.as_str())
+                .chain(caption.iter().flat_map(AgentText::fields))
+                .collect(),
             AgentWrite::Receipt { .. }
             | AgentWrite::Join { .. }
             | AgentWrite::Leave { .. }
@@ -167,7 +192,8 @@ impl AgentWrite {
             | AgentWrite::Leave { .. }
             | AgentWrite::Invite { .. }
             | AgentWrite::CreateRoom { .. }
-            | AgentWrite::CreateDm { .. } => None,
+            | AgentWrite::CreateDm { .. }
+            | AgentWrite::File { .. } => None,
         }
     }
 
@@ -175,6 +201,11 @@ impl AgentWrite {
     pub fn targets(&self) -> Vec<&EventId> {
         match self {
             AgentWrite::Message {
+                reply_to,
+                thread_root,
+                ..
+            }
+            | AgentWrite::File {
                 reply_to,
                 thread_root,
                 ..
@@ -208,6 +239,7 @@ impl AgentWrite {
             AgentWrite::CreateDm { .. } => "create_dm",
             AgentWrite::SetRoomName { .. } => "set_room_name",
             AgentWrite::SetRoomTopic { .. } => "set_room_topic",
+            AgentWrite::File { .. } => "file",
         }
     }
 }

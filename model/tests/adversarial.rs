@@ -1972,7 +1972,7 @@ fn build_write(
     let mut own_original = None;
     let mut leaves = None;
     let mut retitles = None;
-    let write = match kind % 11 {
+    let write = match kind % 12 {
         0 | 1 => {
             let reply_to = target.is_multiple_of(2).then(|| event.clone());
             let thread_root = (target % 4 >= 2).then(|| event.clone());
@@ -2057,6 +2057,32 @@ fn build_write(
             AgentWrite::SetRoomName {
                 room: room_id,
                 name: texts[0].0.into(),
+            }
+        }
+        11 => {
+            let reply_to = target.is_multiple_of(2).then(|| event.clone());
+            let thread_root = (target % 4 >= 2).then(|| event.clone());
+            targets.extend(
+                reply_to
+                    .iter()
+                    .chain(thread_root.iter())
+                    .map(|e| e.to_string()),
+            );
+            names.push(texts[0].1);
+            let caption = sender.is_multiple_of(2).then(|| {
+                names.extend([texts[1].1, texts[2].1]);
+                html(1)
+            });
+            AgentWrite::File {
+                room: room_id,
+                name: texts[0].0.into(),
+                caption,
+                mimetype: "text/plain".into(),
+                size: 1,
+                sha256: "00".repeat(32),
+                reply_to,
+                thread_root,
+                txn_id: format!("f{target}"),
             }
         }
         _ => {

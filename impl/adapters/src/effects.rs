@@ -28,7 +28,8 @@ pub fn write_lane(write: &AgentWrite) -> RoomId {
         | AgentWrite::Leave { room }
         | AgentWrite::Invite { room, .. }
         | AgentWrite::SetRoomName { room, .. }
-        | AgentWrite::SetRoomTopic { room, .. } => room.clone(),
+        | AgentWrite::SetRoomTopic { room, .. }
+        | AgentWrite::File { room, .. } => room.clone(),
         AgentWrite::Join { room } => RoomId(room.clone()),
         AgentWrite::CreateDm { user } => RoomId(user.as_str().to_owned()),
         AgentWrite::CreateRoom { .. } => RoomId(String::new()),

@@ -35,7 +35,10 @@ impl IdentityState {
             }),
             Ok(()) => {
                 // The agent answers in the room: it no longer shows typing there.
-                if let AgentWrite::Message { room, .. } | AgentWrite::Edit { room, .. } = &write {
+                if let AgentWrite::Message { room, .. }
+                | AgentWrite::Edit { room, .. }
+                | AgentWrite::File { room, .. } = &write
+                {
                     self.stop_typing(room, out);
                 }
                 // A room the agent creates has the identity's allowed senders in it.

@@ -3548,6 +3548,11 @@ fn sent_targets(write: &AgentWrite) -> Vec<EventId> {
             reply_to,
             thread_root,
             ..
+        }
+        | AgentWrite::File {
+            reply_to,
+            thread_root,
+            ..
         } => reply_to.iter().chain(thread_root).cloned().collect(),
         AgentWrite::Edit { original, .. } => vec![original.clone()],
         AgentWrite::Reaction { relates_to, .. } => vec![relates_to.clone()],
@@ -3580,6 +3585,9 @@ fn sent_texts(write: &AgentWrite) -> Vec<&str> {
         }
         AgentWrite::SetRoomName { name, .. } => vec![name.as_str()],
         AgentWrite::SetRoomTopic { topic, .. } => vec![topic.as_str()],
+        AgentWrite::File { name, caption, .. } => std::iter::once(name.as_str())
+            .chain(caption.iter().flat_map(text))
+            .collect(),
         AgentWrite::Receipt { .. }
         | AgentWrite::Join { .. }
         | AgentWrite::Leave { .. }

@@ -62,6 +62,28 @@ fn redact(event: &EventId, reason: Option<&str>) -> AgentWrite {
     }
 }
 
+/// A file `name` (a 3-byte text file) with `caption`, replying to `reply_to`, in
+/// the thread of `thread_root`.
+fn file(
+    room: &str,
+    name: &str,
+    caption: Option<AgentText>,
+    reply_to: Option<&EventId>,
+    thread_root: Option<&EventId>,
+) -> AgentWrite {
+    AgentWrite::File {
+        room: room.into(),
+        name: name.into(),
+        caption,
+        mimetype: "text/plain".into(),
+        size: 3,
+        sha256: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(),
+        reply_to: reply_to.cloned(),
+        thread_root: thread_root.cloned(),
+        txn_id: "t".into(),
+    }
+}
+
 fn leave(room: &str) -> AgentWrite {
     AgentWrite::Leave { room: room.into() }
 }
@@ -75,10 +97,12 @@ fn touching(target: &EventId) -> Vec<AgentWrite> {
         edit(target, BOT, AgentText::plain("ok")),
         react_to(target, THUMBS_UP),
         redact(target, None),
+        file(R1, "log.txt", None, Some(target), None),
+        file(R1, "log.txt", None, None, Some(target)),
     ]
 }
 
-/// Each write of [`touching`] `target`, as calls 1 to 5; the trace of each.
+/// Each write of [`touching`] `target`, as calls 1 to 7; the trace of each.
 fn touch_every_way(w: &mut World, target: &EventId) -> Vec<String> {
     w.mark();
     for (call, write) in (1..).zip(touching(target)) {
@@ -88,17 +112,25 @@ fn touch_every_way(w: &mut World, target: &EventId) -> Vec<String> {
 }
 
 fn refused_every_way() -> Vec<String> {
-    (1..=5)
+    (1..=7)
         .map(|call| format!("refused call#{call} PromptTarget"))
         .collect()
 }
 
 fn written_every_way() -> Vec<String> {
-    ["message", "message", "edit", "reaction", "redaction"]
-        .iter()
-        .zip(1..)
-        .map(|(kind, call)| format!("write call#{call} {kind}"))
-        .collect()
+    [
+        "message",
+        "message",
+        "edit",
+        "reaction",
+        "redaction",
+        "file",
+        "file",
+    ]
+    .iter()
+    .zip(1..)
+    .map(|(kind, call)| format!("write call#{call} {kind}"))
+    .collect()
 }
 
 fn names_open(call: u64, id: &str) -> String {
@@ -460,12 +492,21 @@ fn every_text_field_of_a_write_is_read_for_an_open_request_id() {
         edit(&own, BOT, html("ok", "<i>abcde</i>")),
         react_to(&hello, "abcde"),
         redact(&hello, Some("see abcde")),
+        file(R1, "abcde.log", None, None, None),
+        file(
+            R1,
+            "log.txt",
+            Some(AgentText::plain("answer abcde")),
+            None,
+            None,
+        ),
+        file(R1, "log.txt", Some(html("ok", "<b>ab</b>cde")), None, None),
     ];
     for (call, write) in (1..).zip(writes) {
         w.agent_write(call, write);
     }
 
-    let expected: Vec<String> = (1..=8).map(|call| names_open(call, "abcde")).collect();
+    let expected: Vec<String> = (1..=11).map(|call| names_open(call, "abcde")).collect();
     assert_eq!(w.trace(), expected);
     assert_eq!(w.channel.in_flight(), 0);
 }
@@ -485,6 +526,13 @@ fn the_same_fields_without_the_id_are_written() {
         react_to(&hello, "ok"),
         redact(&hello, Some("spam")),
         redact(&hello, None),
+        file(
+            R1,
+            "abcd.log",
+            Some(html("build log", "<b>build</b> log")),
+            None,
+            None,
+        ),
     ];
     for (call, write) in (1..).zip(writes) {
         w.agent_write(call, write);
@@ -498,6 +546,7 @@ fn the_same_fields_without_the_id_are_written() {
             "write call#3 reaction",
             "write call#4 redaction",
             "write call#5 redaction",
+            "write call#6 file",
         ]
     );
 }
