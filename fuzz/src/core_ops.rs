@@ -400,6 +400,15 @@ pub enum WriteOp {
         room: u8,
         who: u8,
     },
+    /// `send_file`: in the room of `reply_to` if there is one, else `room`; `name`
+    /// and `caption` are its texts.
+    File {
+        room: u8,
+        name: Txt,
+        caption: Option<Part>,
+        reply_to: Option<Ref>,
+        thread_root: Option<Ref>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -628,7 +637,7 @@ fn encode_part(out: &mut Vec<u8>, part: &Part) {
 }
 
 fn decode_write(c: &mut Cursor) -> WriteOp {
-    match c.byte() % 8 {
+    match c.byte() % 9 {
         0 => {
             let (room, n) = (c.byte(), usize::from(c.byte() % 3) + 1);
             let parts = (0..n).map(|_| decode_part(c)).collect();
@@ -662,10 +671,22 @@ fn decode_write(c: &mut Cursor) -> WriteOp {
         },
         5 => WriteOp::Join { room: c.byte() },
         6 => WriteOp::Leave { room: c.byte() },
-        _ => WriteOp::Invite {
+        7 => WriteOp::Invite {
             room: c.byte(),
             who: c.byte(),
         },
+        _ => {
+            let (room, name) = (c.byte(), decode_txt(c));
+            let caption = (c.byte() & 1 != 0).then(|| decode_part(c));
+            let (flags, reply, root) = (c.byte(), Ref(c.byte()), Ref(c.byte()));
+            WriteOp::File {
+                room,
+                name,
+                caption,
+                reply_to: (flags & 1 != 0).then_some(reply),
+                thread_root: (flags & 2 != 0).then_some(root),
+            }
+        }
     }
 }
 
@@ -711,6 +732,26 @@ fn encode_write(out: &mut Vec<u8>, write: &WriteOp) {
         WriteOp::Join { room } => out.extend([5, *room]),
         WriteOp::Leave { room } => out.extend([6, *room]),
         WriteOp::Invite { room, who } => out.extend([7, *room, *who]),
+        WriteOp::File {
+            room,
+            name,
+            caption,
+            reply_to,
+            thread_root,
+        } => {
+            out.extend([8, *room]);
+            encode_txt(out, name);
+            out.push(u8::from(caption.is_some()));
+            if let Some(caption) = caption {
+                encode_part(out, caption);
+            }
+            let flags = u8::from(reply_to.is_some()) | (u8::from(thread_root.is_some()) << 1);
+            out.extend([
+                flags,
+                reply_to.map_or(0, |r| r.0),
+                thread_root.map_or(0, |r| r.0),
+            ]);
+        }
     }
 }
 
@@ -2602,6 +2643,35 @@ impl World {
                     user,
                 };
                 (write, Vec::new())
+            }
+            WriteOp::File {
+                room: r,
+                name,
+                caption,
+                reply_to,
+                thread_root,
+            } => {
+                let reply_to = reply_to.map(|t| self.resolve(t));
+                let thread_root = thread_root.map(|t| self.resolve(t));
+                let room = match (&reply_to, &thread_root) {
+                    (Some(t), _) | (None, Some(t)) => self.room_of(t),
+                    (None, None) => room(*r),
+                };
+                let targets = reply_to.iter().chain(thread_root.iter()).cloned().collect();
+                // `part` borrows `read`: the caption first, then the name.
+                let caption = caption.as_ref().map(&mut part);
+                let write = AgentWrite::File {
+                    room,
+                    name: read(name),
+                    caption,
+                    mimetype: "text/plain".to_owned(),
+                    size: 1,
+                    sha256: "0".repeat(64),
+                    reply_to,
+                    thread_root,
+                    txn_id: format!("call-{}", call.0),
+                };
+                (write, targets)
             }
         };
         let allowed = match i {
@@ -5909,6 +5979,19 @@ mod tests {
             Op::Write {
                 ident: 0,
                 write: WriteOp::Invite { room: 1, who: 2 },
+            },
+            Op::Write {
+                ident: 1,
+                write: WriteOp::File {
+                    room: 2,
+                    name: Txt::Said(2),
+                    caption: Some(Part {
+                        body: Txt::Key(3),
+                        html: Some(Txt::Raw("<i>x</i>".to_owned())),
+                    }),
+                    reply_to: Some(Ref::prompt(0)),
+                    thread_root: None,
+                },
             },
             Op::Membership {
                 to: To::Both,

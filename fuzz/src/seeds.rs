@@ -722,6 +722,21 @@ pub fn core() -> Vec<(&'static str, Vec<Op>)> {
                     reply_to: None,
                     thread_root: Some(Ref::prompt(0)),
                 }),
+                // A file replying to a prompt, and one whose caption names a held id.
+                write(WriteOp::File {
+                    room: 0,
+                    name: Txt::Said(0),
+                    caption: None,
+                    reply_to: Some(Ref::prompt(1)),
+                    thread_root: None,
+                }),
+                write(WriteOp::File {
+                    room: 0,
+                    name: Txt::Said(0),
+                    caption: Some(part(1, None)),
+                    reply_to: None,
+                    thread_root: None,
+                }),
                 // Reading a prompt is fine.
                 write(WriteOp::Receipt {
                     target: Ref::prompt(0),
