@@ -12,6 +12,7 @@ pub mod matrix;
 pub mod mcp;
 pub mod metrics;
 pub mod operator;
+pub mod outbox;
 pub mod rate_limit;
 pub mod server;
 pub mod shutdown;

@@ -33,6 +33,7 @@ use mc_adapters::write_rule::{
     event_id, homeserver_error, part_relation, reaction_allowed, redaction_reason_allowed, room_id,
     room_or_alias_id, user_id, Errcode, PartRelation, RoomEncryptionState,
 };
+use matrix_sdk::ruma::events::room::MediaSource;
 use mc_model::{AgentText, AgentWrite, RoomId};
 
 /// Maps a homeserver error to the contract's kinds ([`homeserver_error`]); no API
@@ -74,13 +75,15 @@ pub fn http_error(e: matrix_sdk::HttpError) -> ToolError {
 
 /// What a performed write made: the events sent (in order), or the room joined,
 /// created or found (`created`: whether this write made it; `invited`: the users
-/// the new room's request invited, as sent).
+/// the new room's request invited, as sent); for a file, whether its bytes went up
+/// encrypted (`media_encrypted`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Written {
     pub event_ids: Vec<String>,
     pub room_id: Option<String>,
     pub created: bool,
     pub invited: Vec<String>,
+    pub media_encrypted: bool,
 }
 
 /// The identity's room `room`, if it is joined. Errors: `invalid_params` for a
@@ -218,6 +221,12 @@ pub fn with_relation(
 ///   server acts on). Without a `reason` it carries only the target id, which is in
 ///   the clear anyway (`m.relates_to` and `redacts` are never encrypted), so it is
 ///   sent; with a `reason` (free text) into an encrypted room it is refused;
+/// - a file: its bytes go up encrypted (AES-CTR, matrix-sdk's
+///   `upload_encrypted_file`; [Client-Server API, "Sending encrypted attachments"])
+///   into an encrypted room and its event is Megolm-encrypted; plain into a plain
+///   room; refused otherwise. The room's encryption is asked again right before the
+///   event is sent, and a change since the upload refuses it (a plain upload is never
+///   named from an encrypted room);
 /// - a read receipt is no room event: an ephemeral `m.receipt` (EDU) naming an
 ///   event id, which the spec never encrypts ([Client-Server API, "Receipts"]), so
 ///   it is not checked; nor are joins, leaves and invites (membership, no content);
@@ -227,6 +236,7 @@ pub fn with_relation(
 ///   tools say so, and a new room is encrypted unless the agent asks otherwise.
 ///
 /// [Client-Server API, "m.room.name"]: https://spec.matrix.org/v1.16/client-server-api/#mroomname
+/// [Client-Server API, "Sending encrypted attachments"]: https://spec.matrix.org/v1.16/client-server-api/#sending-encrypted-attachments
 ///
 /// [Client-Server API, "Redactions"]: https://spec.matrix.org/v1.16/client-server-api/#redactions
 /// [Client-Server API, "Receipts"]: https://spec.matrix.org/v1.16/client-server-api/#receipts
@@ -415,7 +425,158 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                 .map_err(matrix_error)?;
             Ok(sent(response.event_id))
         }
+        AgentWrite::File {
+            room,
+            name,
+            caption,
+            mimetype,
+            size,
+            sha256,
+            reply_to,
+            thread_root,
+            txn_id,
+        } => {
+            let room = room_of(identity, room)?;
+            let bytes = identity.outbox.get(sha256).ok_or_else(|| {
+                ToolError::Upstream(format!(
+                    "the bytes of {name} (sha256 {sha256}) are no longer staged: nothing was sent"
+                ))
+            })?;
+            let mime: mime::Mime = mimetype
+                .parse()
+                .map_err(|e| ToolError::Invalid(format!("mimetype {mimetype:?}: {e}")))?;
+            let reply_to = reply_to.as_ref().map(event_id).transpose()?;
+            let thread_root = thread_root.as_ref().map(event_id).transpose()?;
+            let mention = match &reply_to {
+                Some(target) => parent_sender(&room, target)
+                    .await?
+                    .filter(|sender| sender.as_str() != own),
+                None => None,
+            };
+            let encryption = ensure_encrypted_or_plain(&room).await?;
+            let source = match encryption {
+                RoomEncryption::Encrypted => {
+                    let mut reader = std::io::Cursor::new(bytes.as_slice());
+                    let file = identity
+                        .client
+                        .upload_encrypted_file(&mut reader)
+                        .await
+                        .map_err(matrix_error)?;
+                    MediaSource::Encrypted(Box::new(file))
+                }
+                RoomEncryption::Plain => {
+                    let response = identity
+                        .client
+                        .media()
+                        .upload(&mime, bytes.to_vec(), None)
+                        .await
+                        .map_err(http_error)?;
+                    MediaSource::Plain(response.content_uri)
+                }
+            };
+            let sniffed = mc_adapters::files::sniff(&bytes);
+            let content = with_relation(
+                file_content(name, caption.as_ref(), mimetype, *size, &sniffed, source),
+                reply_to.as_ref(),
+                thread_root.as_ref(),
+                true,
+                mention,
+            );
+            if ensure_encrypted_or_plain(&room).await? != encryption {
+                return Err(ToolError::WouldSendPlaintext(format!(
+                    "{}'s encryption changed while {name} was uploaded: nothing was sent",
+                    room.room_id()
+                )));
+            }
+            let response = room
+                .send(content)
+                .with_transaction_id(OwnedTransactionId::from(txn_id.as_str()))
+                .await
+                .map_err(matrix_error)?;
+            Ok(Written {
+                event_ids: vec![response.response.event_id.to_string()],
+                media_encrypted: encryption == RoomEncryption::Encrypted,
+                ..Written::default()
+            })
+        }
     }
+}
+
+/// The content of a file's event ([Client-Server API, "m.file"], "m.image",
+/// "m.audio", "m.video"; the msgtype is `sniffed.kind`): `body` the caption's when
+/// there is one (with its HTML), else `name`; `filename` always `name`, so a
+/// client shows a caption only when there is one ("Media captions"); `info` the
+/// mimetype, the size in bytes and, for an image, its width and height in pixels.
+///
+/// [Client-Server API, "m.file"]: https://spec.matrix.org/v1.16/client-server-api/#mfile
+pub fn file_content(
+    name: &str,
+    caption: Option<&AgentText>,
+    mimetype: &str,
+    size: u64,
+    sniffed: &mc_adapters::files::Sniffed,
+    source: MediaSource,
+) -> RoomMessageEventContentWithoutRelation {
+    use matrix_sdk::ruma::events::room::message::{
+        AudioInfo, AudioMessageEventContent, FileInfo, FileMessageEventContent,
+        ImageMessageEventContent, VideoInfo, VideoMessageEventContent,
+    };
+    use matrix_sdk::ruma::events::room::ImageInfo;
+    use matrix_sdk::ruma::UInt;
+    use mc_adapters::files::MediaKind;
+    let body = caption.map_or_else(|| name.to_owned(), |c| c.body.clone());
+    let formatted = caption
+        .and_then(|c| c.formatted_body.clone())
+        .map(FormattedBody::html);
+    let filename = Some(name.to_owned());
+    let size = UInt::new(size);
+    let mimetype = Some(mimetype.to_owned());
+    let pixels = |n: Option<u32>| n.map(UInt::from);
+    let msgtype = match sniffed.kind {
+        MediaKind::Image => {
+            let mut info = ImageInfo::new();
+            info.mimetype = mimetype;
+            info.size = size;
+            info.width = pixels(sniffed.width);
+            info.height = pixels(sniffed.height);
+            let mut c = ImageMessageEventContent::new(body, source);
+            c.formatted = formatted;
+            c.filename = filename;
+            c.info = Some(Box::new(info));
+            MessageType::Image(c)
+        }
+        MediaKind::Video => {
+            let mut info = VideoInfo::new();
+            info.mimetype = mimetype;
+            info.size = size;
+            let mut c = VideoMessageEventContent::new(body, source);
+            c.formatted = formatted;
+            c.filename = filename;
+            c.info = Some(Box::new(info));
+            MessageType::Video(c)
+        }
+        MediaKind::Audio => {
+            let mut info = AudioInfo::new();
+            info.mimetype = mimetype;
+            info.size = size;
+            let mut c = AudioMessageEventContent::new(body, source);
+            c.formatted = formatted;
+            c.filename = filename;
+            c.info = Some(Box::new(info));
+            MessageType::Audio(c)
+        }
+        MediaKind::File => {
+            let mut info = FileInfo::new();
+            info.mimetype = mimetype;
+            info.size = size;
+            let mut c = FileMessageEventContent::new(body, source);
+            c.formatted = formatted;
+            c.filename = filename;
+            c.info = Some(Box::new(info));
+            MessageType::File(c)
+        }
+    };
+    RoomMessageEventContentWithoutRelation::new(msgtype)
 }
 
 fn sent(event_id: OwnedEventId) -> Written {

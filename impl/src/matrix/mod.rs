@@ -247,6 +247,8 @@ pub struct Identity {
     pub settings: IdentitySettings,
     /// What its sync loop last recorded (`/health`, `whoami`).
     pub health: SyncHealth,
+    /// The files its `send_file` calls staged while the model judges them.
+    pub outbox: crate::outbox::Outbox,
 }
 
 /// Restores the identity's session on its store for `serve`, and checks in the
@@ -296,6 +298,7 @@ pub async fn restore_client(
             client,
             settings: settings.clone(),
             health: SyncHealth::default(),
+            outbox: crate::outbox::Outbox::default(),
         },
         stored.synced,
     ))

@@ -372,6 +372,17 @@ mod tests {
                 created: true,
                 invited: vec!["@ann:hs".into()],
             }),
+            "send_file" => json!(FileSent {
+                event_id: "$f".into(),
+                filename: "shot.png".into(),
+                msgtype: "m.image".into(),
+                mimetype: "image/png".into(),
+                size: 67,
+                sha256: "0".repeat(64),
+                width: Some(1),
+                height: None,
+                encrypted: true,
+            }),
             "set_room_name" | "set_room_topic" => json!(RoomStateSet {
                 room_id: "!r:hs".into(),
                 event_id: "$s".into(),

@@ -123,6 +123,9 @@ pub struct App {
     pub max_download_bytes: u64,
     /// Tool calls and writes per token and per identity.
     pub rate_limits: crate::rate_limit::RateLimiter,
+    /// Where `send_file` reads its bytes from: the allowed directories and the
+    /// guarded `https` fetcher.
+    pub files: std::sync::Arc<crate::files::FileSources>,
 }
 
 tokio::task_local! {
@@ -135,6 +138,7 @@ tokio::task_local! {
 pub const CHANNEL_TOOLS: &[&str] = &[
     "whoami",
     "send_message",
+    "send_file",
     "edit_message",
     "send_reaction",
     "read_messages",

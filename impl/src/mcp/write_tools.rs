@@ -143,6 +143,56 @@ pub struct SetRoomTopicArgs {
     pub topic: String,
 }
 
+#[derive(Deserialize, JsonSchema)]
+pub struct SendFileArgs {
+    /// The room. Without it, on /channel: this session's own room.
+    pub room_id: Option<String>,
+    /// An absolute path to a file under a directory the operator allows
+    /// (`files.allowed_dirs`; symlinks and `..` are resolved first). Exactly one of
+    /// `path` and `url`.
+    pub path: Option<String>,
+    /// An `https` URL to fetch the file from (public addresses only, unless the
+    /// operator allows a network). Exactly one of `path` and `url`.
+    pub url: Option<String>,
+    /// The file name shown; default: the path's or the URL's last segment.
+    pub filename: Option<String>,
+    /// A caption, markdown (rendered to HTML), shown with the file.
+    pub caption: Option<String>,
+    /// Reply to this event (a rich reply; in a thread, a reply within the thread).
+    pub reply_to: Option<String>,
+    /// Post in the thread rooted at this event.
+    pub thread_root: Option<String>,
+    /// An idempotency key: the same key sends the file at most once, across retries.
+    pub txn_id: Option<String>,
+}
+
+/// `send_file`'s result.
+#[derive(Serialize, JsonSchema)]
+pub struct FileSent {
+    /// The event sent (`$…`).
+    pub event_id: String,
+    /// The file name shown.
+    pub filename: String,
+    /// `m.image`, `m.video`, `m.audio` or `m.file`, from the sniffed content type.
+    pub msgtype: String,
+    /// The content type sniffed from the bytes (never taken from the name or a
+    /// `Content-Type` header).
+    pub mimetype: String,
+    /// Bytes.
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the bytes sent.
+    pub sha256: String,
+    /// An image's width and height in pixels, when its header says.
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    /// Whether the bytes went up encrypted (the room is end-to-end encrypted).
+    pub encrypted: bool,
+}
+
+/// The longest caption `send_file` takes, in bytes of markdown: the event, its
+/// HTML and its encryption stay well under the 64 KiB event limit.
+const MAX_CAPTION_BYTES: usize = 16 * 1024;
+
 /// `create_room`'s and `create_dm`'s result.
 #[derive(Serialize, JsonSchema)]
 pub struct RoomMade {
@@ -311,6 +361,102 @@ impl McpServer {
             let written = self.write(identity, write).await?;
             Ok(Sent {
                 event_ids: written.event_ids,
+            })
+        })
+        .await
+    }
+
+    #[tool(
+        title = "Send a file",
+        description = "Send a file or an image (its width and height included) from a path under a directory the operator allows, or from a public https URL; encrypted in an encrypted room. Without room_id, on /channel: this session's own room. The content type is sniffed from the bytes. Optional filename, caption (markdown), reply_to, thread_root, txn_id. Returns event_id, filename, msgtype, mimetype, size, sha256, width, height, encrypted.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn send_file(
+        &self,
+        Extension(parts): Extension<http::request::Parts>,
+        Parameters(args): Parameters<SendFileArgs>,
+    ) -> Result<Json<FileSent>, Failure> {
+        let session = self.channel_session(&parts);
+        self.run(&parts, "send_file", move |identity| async move {
+            let room_id = match args.room_id {
+                Some(room_id) => room_id,
+                None => {
+                    let id = IdentityId(identity.name.clone());
+                    own_room(&self.app.engine, id, session).await?
+                }
+            };
+            let room = joined(identity, &room_id)?;
+            let caption = match args.caption.as_deref().map(str::trim) {
+                Some(c) if c.len() > MAX_CAPTION_BYTES => {
+                    return Err(ToolError::Invalid(format!(
+                        "the caption is {} bytes; the most is {MAX_CAPTION_BYTES}",
+                        c.len()
+                    )))
+                }
+                Some("") | None => None,
+                Some(c) => Some(markdown_text(c)),
+            };
+            let reply_to = args.reply_to.as_deref().map(parse_event).transpose()?;
+            let mut thread_root = args.thread_root.as_deref().map(parse_event).transpose()?;
+            if let Some(target) = &reply_to {
+                let parent_thread = thread_of(&room, target).await?;
+                thread_root = thread_root.or(parent_thread);
+            }
+            // The operator's cap, and the homeserver's own (`m.upload.size`) when it
+            // says one: a file over either is refused before it is read in full.
+            let cap = match identity.client.load_or_fetch_max_upload_size().await {
+                Ok(most) => self.app.files.max_bytes().min(u64::from(most)),
+                Err(_) => self.app.files.max_bytes(),
+            };
+            let loaded = match (args.path.as_deref(), args.url.as_deref()) {
+                (Some(path), None) => self.app.files.read_path(path, cap).await?,
+                (None, Some(url)) => self.app.files.fetch_url(url, cap).await?,
+                _ => {
+                    return Err(ToolError::Invalid(
+                        "give exactly one of path and url".to_string(),
+                    ))
+                }
+            };
+            let name = match args.filename.as_deref() {
+                Some(raw) => mc_adapters::files::file_name(raw).map_err(ToolError::Invalid)?,
+                None => loaded.file_name.clone(),
+            };
+            let sniffed = loaded.sniffed.clone();
+            let size = loaded.bytes.len() as u64;
+            let staged = identity.outbox.stage(loaded.bytes);
+            let write = AgentWrite::File {
+                room: model_room(&room),
+                name: name.clone(),
+                caption,
+                mimetype: sniffed.mimetype.clone(),
+                size,
+                sha256: staged.sha256().to_owned(),
+                reply_to: reply_to.as_ref().map(model_event),
+                thread_root: thread_root.as_ref().map(model_event),
+                txn_id: args
+                    .txn_id
+                    .clone()
+                    .unwrap_or_else(|| TransactionId::new().to_string()),
+            };
+            let written = self.write(identity, write).await?;
+            let event_id = written.event_ids.into_iter().next().ok_or_else(|| {
+                ToolError::Upstream("the homeserver named no event for the file".to_string())
+            })?;
+            Ok(FileSent {
+                event_id,
+                filename: name,
+                msgtype: sniffed.kind.msgtype().to_string(),
+                mimetype: sniffed.mimetype,
+                size,
+                sha256: staged.sha256().to_owned(),
+                width: sniffed.width,
+                height: sniffed.height,
+                encrypted: written.media_encrypted,
             })
         })
         .await

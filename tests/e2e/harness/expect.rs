@@ -254,3 +254,39 @@ pub fn outcome_html(id: &str, tool: &str, answer: &Answer<'_>) -> String {
         html(tool)
     )
 }
+
+/// Calls `tool` and asserts a tool error result (`isError`, not a protocol error) of
+/// `kind` whose message says something; returns the error object `{kind, message, …}`.
+pub async fn tool_error(
+    client: &super::mcp::McpClient,
+    tool: &str,
+    args: Value,
+    kind: &str,
+) -> Value {
+    let result = client
+        .call(tool, args.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{tool} {args}: a tool result, not a protocol error: {e}"));
+    assert_eq!(
+        result["isError"], true,
+        "{tool} {args}: expected an error result of kind {kind}, got {result}"
+    );
+    let error = &result["structuredContent"]["error"];
+    assert_eq!(error["kind"], kind, "{tool} {args}: {result}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{tool} {args}: the error says what is wrong: {result}"
+    );
+    error.clone()
+}
+
+/// [`tool_error`]'s message.
+pub async fn tool_error_message(
+    client: &super::mcp::McpClient,
+    tool: &str,
+    args: Value,
+    kind: &str,
+) -> String {
+    let error = tool_error(client, tool, args, kind).await;
+    error["message"].as_str().unwrap_or_default().to_owned()
+}

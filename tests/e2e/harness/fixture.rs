@@ -100,6 +100,17 @@ impl Fixture {
 }
 
 impl Fixture {
+    /// A new MCP client connected to `/mcp` (every tool) with the identity's token.
+    pub async fn tools(&self, name: &str) -> McpClient {
+        let client = McpClient::spawn(name).await;
+        client
+            .connect(&self.server.url("/mcp"), self.server.token(IDENTITY))
+            .await;
+        client
+    }
+}
+
+impl Fixture {
     /// Waits for the prompt of `request_id`, posted by the identity, as the human's
     /// client sees it (not its outcome edit); returns the event.
     pub async fn wait_prompt(&self, request_id: &str) -> serde_json::Value {

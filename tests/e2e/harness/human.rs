@@ -290,6 +290,27 @@ impl Human {
             .to_owned()
     }
 
+    /// The bytes of the media `mxc`, through the authenticated media API (`GET
+    /// /_matrix/client/v1/media/download/{serverName}/{mediaId}`).
+    pub async fn download(&self, mxc: &str) -> Vec<u8> {
+        let path = mxc
+            .strip_prefix("mxc://")
+            .unwrap_or_else(|| panic!("not an mxc URI: {mxc}"));
+        let url = format!("{}/_matrix/client/v1/media/download/{path}", self.hs);
+        let resp = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.account.access_token)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let status = resp.status();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        assert!(status.is_success(), "download {mxc}: {status} {bytes:?}");
+        bytes.to_vec()
+    }
+
     /// `GET /rooms/{room}/event/{id}`.
     pub async fn event(&self, room: &str, id: &str) -> Value {
         let path = format!("/_matrix/client/v3/rooms/{}/event/{}", enc(room), enc(id));

@@ -11,6 +11,7 @@ pub mod expect;
 pub mod fake_model;
 pub mod fixture;
 pub mod homeserver;
+pub mod https;
 pub mod human;
 pub mod mcp;
 pub mod nio;
@@ -38,6 +39,21 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("impl/ has a parent directory")
         .to_owned()
+}
+
+/// Polls `probe` until it returns `Some`, for at most [`WAIT`] (every 200 ms).
+///
+/// # Panics
+/// When `probe` has not answered `Some` within [`WAIT`], naming `what`.
+pub async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A fresh random lowercase suffix for user names, labels and transaction ids.

@@ -8,6 +8,8 @@
 //! `suspicious`; the TypeScript client checks each result against the tool's
 //! `outputSchema`.
 
+use crate::harness::expect::tool_error;
+use crate::harness::eventually;
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::human::enc;
 use crate::harness::mcp::McpClient;
@@ -20,34 +22,6 @@ use std::time::{Duration, Instant};
 
 /// `</channel>` with its `<` neutralised (U+FF1C).
 const CLOSE_NEUTRAL: &str = "\u{FF1C}/channel>";
-
-/// Polls `probe` until it returns `Some`, for at most `WAIT`.
-async fn eventually<T, Fut: Future<Output = Option<T>>>(
-    what: &str,
-    mut probe: impl FnMut() -> Fut,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Calls `tool` and asserts an error result of `kind`.
-async fn expect_error(client: &McpClient, tool: &str, args: Value, kind: &str) {
-    let result = client
-        .call(tool, args.clone())
-        .await
-        .unwrap_or_else(|e| panic!("{tool} {args}: a tool result, not a protocol error: {e}"));
-    assert_eq!(result["isError"], true, "{tool} {args}: {result}");
-    assert_eq!(
-        result["structuredContent"]["error"]["kind"], kind,
-        "{tool} {args}: {result}"
-    );
-}
 
 /// The `field` of each element of `list`.
 fn each(list: &Value, field: &str) -> Vec<Value> {
@@ -183,14 +157,14 @@ async fn search_finds_a_word_in_a_clear_room_says_an_encrypted_room_was_not_sear
         "{rest}"
     );
 
-    expect_error(
+    tool_error(
         &mcp,
         "search_messages",
         json!({ "query": "  " }),
         "invalid_params",
     )
     .await;
-    expect_error(
+    tool_error(
         &mcp,
         "search_messages",
         json!({ "query": word, "room_id": "!nowhere:localhost" }),
@@ -294,14 +268,14 @@ async fn unread_gives_the_messages_after_the_read_receipt_marked_by_sender_and_s
     );
     assert_eq!(everywhere["rooms"][0]["count"], 4, "{everywhere}");
 
-    expect_error(
+    tool_error(
         &mcp,
         "unread",
         json!({ "room_id": "!nowhere:localhost" }),
         "not_joined",
     )
     .await;
-    expect_error(&mcp, "unread", json!({ "limit": 0 }), "invalid_params").await;
+    tool_error(&mcp, "unread", json!({ "limit": 0 }), "invalid_params").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,14 +327,14 @@ async fn get_profile_gives_the_display_name_sandboxed_and_the_avatar_and_fails_b
     assert_eq!(profile["suspicious"], true, "{profile}");
 
     let nobody = format!("@nobody{}:{server}", random_suffix());
-    expect_error(
+    tool_error(
         &mcp,
         "get_profile",
         json!({ "user_id": nobody }),
         "not_found",
     )
     .await;
-    expect_error(
+    tool_error(
         &mcp,
         "get_profile",
         json!({ "user_id": "ada" }),

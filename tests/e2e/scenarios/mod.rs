@@ -12,6 +12,7 @@ mod claude_fleet;
 mod config_check;
 mod cross_signing;
 mod encrypted;
+mod files;
 mod mcp_conformance;
 mod metrics;
 mod permission_reaction;

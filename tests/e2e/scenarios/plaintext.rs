@@ -12,6 +12,7 @@
 //! returns the original bytes. Strict mode: nio sends nothing to the bot's device
 //! until it verified it, then the message arrives.
 
+use crate::harness::expect::tool_error_message;
 use crate::harness::expect::{assert_push, message, push};
 use crate::harness::homeserver::homeserver;
 use crate::harness::human::enc;
@@ -21,26 +22,6 @@ use crate::harness::{QUIET, WAIT};
 use base64::Engine as _;
 use serde_json::{json, Value};
 use std::time::Instant;
-
-/// A tool call that must fail with `kind`; returns the error's message.
-async fn expect_error(client: &McpClient, tool: &str, args: Value, kind: &str) -> String {
-    let result = client
-        .call(tool, args.clone())
-        .await
-        .unwrap_or_else(|e| panic!("{tool} {args}: a tool result, not a protocol error: {e}"));
-    assert_eq!(
-        (
-            &result["isError"],
-            &result["structuredContent"]["error"]["kind"]
-        ),
-        (&json!(true), &json!(kind)),
-        "{tool} {args}: expected an error of kind {kind}: {result}"
-    );
-    result["structuredContent"]["error"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
 
 /// The bot's events in the room as the homeserver stores them (`/messages`, newest
 /// first, the last 100), but its membership.
@@ -129,7 +110,7 @@ async fn in_an_encrypted_room_the_agents_edit_and_the_servers_notice_are_ciphert
     f.assert_stored_encrypted(&notice.event_id, bot).await;
 
     // matrix-sdk sends every m.reaction in the clear: refused, nothing sent.
-    let said = expect_error(
+    let said = tool_error_message(
         &session,
         "send_reaction",
         json!({ "room_id": room, "event_id": verdict.event_id, "key": "\u{1F440}" }),
@@ -139,7 +120,7 @@ async fn in_an_encrypted_room_the_agents_edit_and_the_servers_notice_are_ciphert
     assert!(said.contains("reaction"), "{said}");
     // A redaction's reason would be in the clear: refused; without one, it is sent,
     // as the spec sends every redaction (the homeserver must read it).
-    let said = expect_error(
+    let said = tool_error_message(
         &tools,
         "redact",
         json!({ "room_id": room, "event_id": original, "reason": "a private reason" }),
@@ -231,7 +212,7 @@ async fn a_room_encrypted_after_the_bot_joined_gets_ciphertext_from_then_on_and_
     let got = human.wait_event(room, json!({ "event_id": secret })).await;
     assert_decrypted(&got);
     assert_eq!(got.body.as_deref(), Some("now encrypted"), "{:?}", got.raw);
-    expect_error(
+    tool_error_message(
         &session,
         "send_reaction",
         json!({ "room_id": room, "event_id": hello.event_id, "key": "\u{1F440}" }),

@@ -5,6 +5,8 @@
 //! finds it again; `set_room_name` and `set_room_topic` change a room as a member reads
 //! it, but never the permission room, and no name names an open request id.
 
+use crate::harness::expect::tool_error_message;
+use crate::harness::eventually;
 use crate::harness::expect::{permission_request, PERMISSION_REQUEST};
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::human::{enc, Human};
@@ -13,27 +15,6 @@ use crate::harness::{random_suffix, WAIT};
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// A client of `/mcp` with the identity's token.
-async fn tools_client(f: &Fixture) -> McpClient {
-    let client = McpClient::spawn("rooms").await;
-    client
-        .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
-        .await;
-    client
-}
-
-/// Calls `tool` and asserts an error result of `kind`; returns its message.
-async fn expect_error(client: &McpClient, tool: &str, args: Value, kind: &str) -> String {
-    let result = client
-        .call(tool, args.clone())
-        .await
-        .unwrap_or_else(|e| panic!("{tool} {args}: a tool result, not a protocol error: {e}"));
-    assert_eq!(result["isError"], true, "{tool} {args}: {result}");
-    let error = &result["structuredContent"]["error"];
-    assert_eq!(error["kind"], kind, "{tool} {args}: {result}");
-    error["message"].as_str().unwrap_or_default().to_owned()
-}
 
 /// A state event of `room` as `reader` (a member) reads it; `Value::Null` when the
 /// room has none.
@@ -57,22 +38,10 @@ async fn wait_invite(user: &Human, room: &str) -> Vec<Value> {
     .await
 }
 
-/// Polls `probe` until it returns `Some`, for at most `WAIT`.
-async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_room_invites_the_allowed_senders_encrypts_by_default_and_names_it() {
     let f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f).await;
+    let mcp = f.tools("rooms").await;
     let (human, stranger) = (&f.human, &f.stranger);
     let name = format!("ops {}", random_suffix());
 
@@ -129,7 +98,7 @@ async fn create_room_invites_the_allowed_senders_encrypts_by_default_and_names_i
     assert_eq!(state(human, &plain, "m.room.encryption").await, Value::Null);
     assert_eq!(state(human, &plain, "m.room.name").await, Value::Null);
 
-    let message = expect_error(
+    let message = tool_error_message(
         &mcp,
         "create_room",
         json!({ "invite": ["not a user"] }),
@@ -142,7 +111,7 @@ async fn create_room_invites_the_allowed_senders_encrypts_by_default_and_names_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_room_name_and_topic_change_a_room_but_never_the_permission_room_nor_name_an_open_id() {
     let f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f).await;
+    let mcp = f.tools("rooms").await;
     let human = &f.human;
     let made = mcp
         .call_ok("create_room", json!({ "name": "before" }))
@@ -183,7 +152,7 @@ async fn set_room_name_and_topic_change_a_room_but_never_the_permission_room_nor
             json!({ "room_id": f.room, "topic": "react 👍 to all" }),
         ),
     ] {
-        let message = expect_error(&mcp, tool, args, "forbidden").await;
+        let message = tool_error_message(&mcp, tool, args, "forbidden").await;
         assert!(
             message.contains("is a permission prompt room"),
             "{tool}: {message}"
@@ -212,7 +181,7 @@ async fn set_room_name_and_topic_change_a_room_but_never_the_permission_room_nor
         ),
         ("create_room", json!({ "name": format!("<b>qr</b>stv") })),
     ] {
-        let message = expect_error(&mcp, tool, args.clone(), "forbidden").await;
+        let message = tool_error_message(&mcp, tool, args.clone(), "forbidden").await;
         assert!(
             message.contains(&format!("names the open permission request {id}")),
             "{tool} {args}: {message}"
@@ -220,7 +189,7 @@ async fn set_room_name_and_topic_change_a_room_but_never_the_permission_room_nor
     }
     assert_eq!(state(human, &room, "m.room.name").await["name"], "after");
 
-    expect_error(
+    tool_error_message(
         &mcp,
         "set_room_name",
         json!({ "room_id": "!nowhere:localhost", "name": "x" }),
@@ -232,7 +201,7 @@ async fn set_room_name_and_topic_change_a_room_but_never_the_permission_room_nor
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_dm_opens_an_encrypted_direct_chat_and_finds_it_again() {
     let f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f).await;
+    let mcp = f.tools("rooms").await;
     let stranger = &f.stranger;
 
     let first = mcp
@@ -269,7 +238,7 @@ async fn create_dm_opens_an_encrypted_direct_chat_and_finds_it_again() {
     );
 
     let bot = f.bot.user_id.clone();
-    let message = expect_error(
+    let message = tool_error_message(
         &mcp,
         "create_dm",
         json!({ "user_id": bot }),
@@ -277,7 +246,7 @@ async fn create_dm_opens_an_encrypted_direct_chat_and_finds_it_again() {
     )
     .await;
     assert!(message.contains("is this identity"), "{message}");
-    expect_error(
+    tool_error_message(
         &mcp,
         "create_dm",
         json!({ "user_id": "nobody" }),

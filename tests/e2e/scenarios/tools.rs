@@ -6,6 +6,8 @@
 //!
 //! One fixture per group of tools; where a tool is on both mounts, both are called.
 
+use crate::harness::expect::tool_error;
+use crate::harness::eventually;
 use crate::harness::fixture::{Fixture, HUMAN_NAME, IDENTITY, SETTLE_MS};
 use crate::harness::homeserver::homeserver;
 use crate::harness::human::{enc, Human};
@@ -72,49 +74,6 @@ fn annotations() -> Vec<(&'static str, Value)> {
         ("unread", read(true)),
         ("get_profile", read(true)),
     ]
-}
-
-/// A client of `/mcp` with the identity's token.
-async fn tools_client(f: &Fixture, name: &str) -> McpClient {
-    let client = McpClient::spawn(name).await;
-    client
-        .connect(&f.server.url("/mcp"), f.server.token(IDENTITY))
-        .await;
-    client
-}
-
-/// Calls `tool` and asserts an error result of `kind` with a message; returns it.
-async fn expect_error(client: &McpClient, tool: &str, args: Value, kind: &str) -> Value {
-    let result = client
-        .call(tool, args.clone())
-        .await
-        .unwrap_or_else(|e| panic!("{tool} {args}: a tool result, not a protocol error: {e}"));
-    assert_eq!(
-        result["isError"], true,
-        "{tool} {args}: expected an error result of kind {kind}, got {result}"
-    );
-    let error = &result["structuredContent"]["error"];
-    assert_eq!(error["kind"], kind, "{tool} {args}: {result}");
-    assert!(
-        error["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{tool} {args}: the error says what is wrong: {result}"
-    );
-    result
-}
-
-/// Polls `probe` until it returns `Some`, for at most `WAIT`.
-async fn eventually<T, Fut: Future<Output = Option<T>>>(
-    what: &str,
-    mut probe: impl FnMut() -> Fut,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The server part of a user id (`@a:server` → `server`).
@@ -185,7 +144,7 @@ fn sorted(reactions: &Value) -> Vec<Value> {
 async fn each_mount_lists_exactly_its_tools_annotated_and_whoami_and_list_rooms_describe_the_identity(
 ) {
     let mut f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f, "mcp").await;
+    let mcp = f.tools("mcp").await;
     let (channel, _) = f.channel("channel").await;
     let expected = annotations();
 
@@ -372,7 +331,7 @@ async fn each_mount_lists_exactly_its_tools_annotated_and_whoami_and_list_rooms_
 async fn read_messages_read_thread_and_get_reactions_give_the_timeline_as_the_homeserver_holds_it()
 {
     let f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f, "mcp").await;
+    let mcp = f.tools("mcp").await;
     let (channel, _) = f.channel("channel").await;
     let clients = [("/mcp", &mcp), ("/channel", &channel)];
     let (room, human, stranger) = (&f.room, &f.human, &f.stranger);
@@ -574,7 +533,7 @@ async fn read_messages_read_thread_and_get_reactions_give_the_timeline_as_the_ho
             json!({ "room_id": room, "limit": 101 }),
             json!({ "room_id": room, "direction": "sideways" }),
         ] {
-            expect_error(client, "read_messages", bad, "invalid_params").await;
+            tool_error(client, "read_messages", bad, "invalid_params").await;
         }
 
         // read_thread: the root, then the thread's events in order.
@@ -590,7 +549,7 @@ async fn read_messages_read_thread_and_get_reactions_give_the_timeline_as_the_ho
             json!({ "room_id": room, "thread_root": a3, "limit": 0 }),
             json!({ "room_id": room, "thread_root": "not an event id" }),
         ] {
-            expect_error(client, "read_thread", bad, "invalid_params").await;
+            tool_error(client, "read_thread", bad, "invalid_params").await;
         }
 
         // get_reactions: both, with sender, raw key and ts.
@@ -606,7 +565,7 @@ async fn read_messages_read_thread_and_get_reactions_give_the_timeline_as_the_ho
             ])),
             "{mount}: get_reactions"
         );
-        expect_error(
+        tool_error(
             client,
             "get_reactions",
             json!({ "room_id": room, "event_id": "not an event id" }),
@@ -658,7 +617,7 @@ fn long_text() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_documented() {
     let f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f, "mcp").await;
+    let mcp = f.tools("mcp").await;
     let (channel, _) = f.channel("channel").await;
     let (room, human, bot) = (&f.room, &f.human, f.bot.user_id.as_str());
 
@@ -811,9 +770,9 @@ async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_d
         json!({ "room_id": room, "text": "x", "reply_to": "not an event id" }),
         json!({ "room_id": room, "text": "x", "thread_root": "not an event id" }),
     ] {
-        expect_error(&channel, "send_message", bad, "invalid_params").await;
+        tool_error(&channel, "send_message", bad, "invalid_params").await;
     }
-    expect_error(
+    tool_error(
         &mcp,
         "send_message",
         json!({ "room_id": room, "text": "x", "reply_to": format!("$missing{}", random_suffix()) }),
@@ -848,7 +807,7 @@ async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_d
         "{edit}"
     );
     // Not the human's; not empty; not a missing event.
-    expect_error(
+    tool_error(
         &mcp,
         "edit_message",
         json!({ "room_id": room, "event_id": h1, "text": "mine now" }),
@@ -856,14 +815,14 @@ async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_d
     )
     .await;
     assert_eq!(human.event(room, &h1).await["content"]["body"], "hello bot");
-    expect_error(
+    tool_error(
         &channel,
         "edit_message",
         json!({ "room_id": room, "event_id": m1, "text": "" }),
         "invalid_params",
     )
     .await;
-    expect_error(
+    tool_error(
         &channel,
         "edit_message",
         json!({ "room_id": room, "event_id": format!("$missing{}", random_suffix()), "text": "x" }),
@@ -900,7 +859,7 @@ async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_d
             "reactions": [{ "event_id": rx, "sender": bot, "key": THUMBS_UP, "ts": reaction["origin_server_ts"] }],
         })
     );
-    expect_error(
+    tool_error(
         &channel,
         "send_reaction",
         json!({ "room_id": room, "event_id": h1, "key": "" }),
@@ -932,7 +891,7 @@ async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_d
         .call_ok("get_reactions", json!({ "room_id": room, "event_id": h1 }))
         .await;
     assert_eq!(got, json!({ "event_id": h1, "reactions": [] }));
-    expect_error(
+    tool_error(
         &mcp,
         "redact",
         json!({ "room_id": room, "event_id": h1 }),
@@ -959,14 +918,14 @@ async fn send_message_edit_message_send_reaction_redact_and_acknowledge_act_as_d
             "{never}"
         );
     }
-    expect_error(
+    tool_error(
         &channel,
         "acknowledge",
         json!({ "event_id": "not an event id" }),
         "invalid_params",
     )
     .await;
-    expect_error(
+    tool_error(
         &channel,
         "acknowledge",
         json!({ "event_id": h1, "receipt": true }),
@@ -1014,7 +973,7 @@ const CAP: u64 = 1024;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn download_attachment_returns_the_exact_bytes_up_to_the_cap_and_fails_by_kind() {
     let f = Fixture::start(|config| config.max_download_bytes = Some(CAP)).await;
-    let mcp = tools_client(&f, "mcp").await;
+    let mcp = f.tools("mcp").await;
     let (channel, _) = f.channel("channel").await;
     let (room, human) = (&f.room, &f.human);
 
@@ -1114,7 +1073,7 @@ async fn download_attachment_returns_the_exact_bytes_up_to_the_cap_and_fails_by_
     let missing = format!("$missing{}", random_suffix());
     for client in [&mcp, &channel] {
         for event_id in [&declared, &undeclared] {
-            expect_error(
+            tool_error(
                 client,
                 "download_attachment",
                 json!({ "room_id": room, "event_id": event_id }),
@@ -1123,7 +1082,7 @@ async fn download_attachment_returns_the_exact_bytes_up_to_the_cap_and_fails_by_
             .await;
         }
         for event_id in [&text, &missing] {
-            expect_error(
+            tool_error(
                 client,
                 "download_attachment",
                 json!({ "room_id": room, "event_id": event_id }),
@@ -1131,7 +1090,7 @@ async fn download_attachment_returns_the_exact_bytes_up_to_the_cap_and_fails_by_
             )
             .await;
         }
-        expect_error(
+        tool_error(
             client,
             "download_attachment",
             json!({ "room_id": room, "event_id": "not an event id" }),
@@ -1182,7 +1141,7 @@ fn room_calls(room: &str, event_id: &str, user_id: &str) -> Vec<(&'static str, V
 async fn join_room_invite_room_info_room_members_and_leave_room_manage_rooms_and_a_bad_room_fails_by_kind(
 ) {
     let f = Fixture::start(|_| {}).await;
-    let mcp = tools_client(&f, "mcp").await;
+    let mcp = f.tools("mcp").await;
     let (channel, _) = f.channel("channel").await;
     let (human, stranger, bot) = (&f.human, &f.stranger, f.bot.user_id.as_str());
     let server = server_name(bot).to_owned();
@@ -1213,7 +1172,7 @@ async fn join_room_invite_room_info_room_members_and_leave_room_manage_rooms_and
             .then_some(())
     })
     .await;
-    expect_error(&mcp, "room_info", json!({ "room_id": room }), "not_joined").await;
+    tool_error(&mcp, "room_info", json!({ "room_id": room }), "not_joined").await;
     let joined = mcp.call_ok("join_room", json!({ "room": room })).await;
     assert_eq!(joined, json!({ "room_id": room }));
     stranger.wait_joined(&room, bot).await;
@@ -1251,7 +1210,7 @@ async fn join_room_invite_room_info_room_members_and_leave_room_manage_rooms_and
         stranger.call(Method::GET, &path, None).await["membership"],
         "invite"
     );
-    expect_error(
+    tool_error(
         &mcp,
         "invite",
         json!({ "room_id": room, "user_id": "not a user" }),
@@ -1333,21 +1292,21 @@ async fn join_room_invite_room_info_room_members_and_leave_room_manage_rooms_and
         .then_some(())
     })
     .await;
-    expect_error(
+    tool_error(
         &mcp,
         "read_messages",
         json!({ "room_id": room }),
         "not_joined",
     )
     .await;
-    expect_error(
+    tool_error(
         &channel,
         "read_messages",
         json!({ "room_id": room }),
         "not_joined",
     )
     .await;
-    expect_error(&mcp, "leave_room", json!({ "room_id": room }), "not_joined").await;
+    tool_error(&mcp, "leave_room", json!({ "room_id": room }), "not_joined").await;
 
     // A malformed room id, a room that does not exist: by kind, on every tool.
     let event_id = human.send_text(&f.room, "an event").await;
@@ -1361,25 +1320,25 @@ async fn join_room_invite_room_info_room_members_and_leave_room_manage_rooms_and
                 if mount == "/channel" && !CHANNEL_TOOLS.contains(&tool) {
                     continue;
                 }
-                expect_error(client, tool, args, kind).await;
+                tool_error(client, tool, args, kind).await;
             }
         }
     }
-    expect_error(
+    tool_error(
         &mcp,
         "join_room",
         json!({ "room": "not a room" }),
         "invalid_params",
     )
     .await;
-    expect_error(
+    tool_error(
         &mcp,
         "join_room",
         json!({ "room": unknown_room }),
         "not_found",
     )
     .await;
-    expect_error(
+    tool_error(
         &mcp,
         "join_room",
         json!({ "room": format!("#unknown-{sfx}:{server}") }),
