@@ -5,6 +5,7 @@ pub use mc_adapters::{config, decode, fit, split, summary};
 pub mod audit;
 pub mod crypto;
 pub mod engine;
+pub mod files;
 pub mod health;
 pub mod http;
 pub mod journal;

@@ -656,6 +656,7 @@ mod tests {
             batch_deadline_ms: 1_000,
             log: "info".to_owned(),
             rate_limits: Default::default(),
+            files: Default::default(),
             metrics_token: None,
             metrics_listen: None,
             identities: BTreeMap::new(),

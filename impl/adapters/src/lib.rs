@@ -12,7 +12,9 @@
 //! a write to Matrix decides without the network: the tool-error contract, refusals,
 //! the encryption rule (`write_rule`), what the catch-up tools show of events,
 //! searches, unread messages and profiles (`catchup`), the rate limits' settings and
-//! their refusal (`rate_limit`), and the audit trail: its entries from a model
+//! their refusal (`rate_limit`), `send_file`'s sources without IO: the SSRF guard's
+//! address blocks, file names, what bytes are, the allowed directories (`files`), and
+//! the audit trail: its entries from a model
 //! step, its hash chain, its lines and times (`audit`). No network, no async, no clock. `mc_server`
 //! re-exports `config`, `decode`, `fit`, `split` and `summary` under the same names, and
 //! `mc_server::write` what it uses of `write_rule`.
@@ -22,6 +24,7 @@ pub mod config;
 pub mod decode;
 pub mod device;
 pub mod effects;
+pub mod files;
 pub mod fit;
 pub mod gap;
 pub mod jsonrpc;

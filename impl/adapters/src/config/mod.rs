@@ -24,6 +24,13 @@
 //! writes_per_second = 5
 //! write_burst = 30
 //!
+//! [files]                          # send_file's sources
+//! allowed_dirs = ["/srv/outbox"]   # default [] = no file from a path
+//! max_bytes = 10485760             # default 10 MiB
+//! fetch_urls = true                # https URLs, public addresses only
+//! fetch_allow_networks = []        # e.g. ["10.1.2.0/24"] for an internal server
+//! fetch_ca_file = "internal-ca.pem" # default: the system's roots only
+//!
 //! [identities.bot]                 # one Matrix account; the name is [a-z0-9_-]{1,32}
 //! homeserver = "http://127.0.0.1:8008"
 //! user_id = "@bot:localhost"
@@ -90,6 +97,17 @@
 //!   burst of 60 and 5 writes a second with a burst of 30; per identity 40 and 120,
 //!   5 and 30. Each must be greater than zero; an absent key keeps its default;
 //!   `enabled = false` lifts every limit.
+//! - `files`: where `send_file` takes a file from ([`crate::files`]).
+//!   `allowed_dirs`: absolute paths of the directories a file may be read from
+//!   (compared with the real path of what was opened: symlinks and `..` resolved);
+//!   default `[]`, which turns sending from a path off. `max_bytes`: the largest
+//!   file read or fetched, in bytes; default 10,485,760 (10 MiB); greater than zero.
+//!   `fetch_urls`: whether `https` URLs are fetched; default `true`.
+//!   `fetch_allow_networks`: CIDR networks (`"10.1.2.0/24"`, `"fd00::/8"`) a fetch
+//!   may reach although they are not public (loopback, private, link-local, …: the
+//!   SSRF guard refuses them otherwise); default `[]`. `fetch_ca_file`: a PEM file of
+//!   root certificates trusted for fetches besides the system's (an internal
+//!   server's private CA), relative to the config file's directory; default none.
 //! - `identities`: at least one table `[identities.NAME]`, NAME matching
 //!   `[a-z0-9_-]{1,32}`.
 //!
@@ -164,6 +182,7 @@
 //! whose keys all parsed.
 
 mod env;
+mod files;
 mod identity;
 mod policy;
 mod rate_limits;
@@ -231,6 +250,9 @@ pub struct Config {
     pub log: String,
     /// The rate limits of tool calls and writes, per token and per identity.
     pub rate_limits: crate::rate_limit::RateLimits,
+    /// Where `send_file` may take a file from: the operator's directories, the cap,
+    /// URL fetches and their allowed networks and CA.
+    pub files: crate::files::FilesConfig,
     /// The bearer token of `GET /metrics`; `None`: `/metrics` is not served on
     /// `listen`.
     pub metrics_token: Option<MetricsToken>,

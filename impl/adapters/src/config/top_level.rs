@@ -1,6 +1,6 @@
 //! The top-level keys (`listen`, `store_dir`, `allowed_hosts`, `allowed_origins`,
 //! `session_idle_secs`, `max_download_bytes`, `batch_deadline_ms`, `log`,
-//! `rate_limits`) with their
+//! `rate_limits`, `files`) with their
 //! defaults, and the warning for a listener that is not loopback behind the default
 //! `allowed_hosts`.
 
@@ -13,7 +13,7 @@ use figment::value::Dict;
 use std::net::SocketAddr;
 use std::path::Path;
 
-const TOP_KEYS: [&str; 12] = [
+const TOP_KEYS: [&str; 13] = [
     "listen",
     "store_dir",
     "allowed_hosts",
@@ -23,6 +23,7 @@ const TOP_KEYS: [&str; 12] = [
     "batch_deadline_ms",
     "log",
     "rate_limits",
+    "files",
     "metrics_token",
     "metrics_listen",
     "identities",
@@ -123,6 +124,7 @@ impl Walk<'_> {
             }),
         };
         let rate_limits = self.rate_limits(data.get("rate_limits"));
+        let files = self.files(data.get("files"), config_dir);
         let metrics_token = match data.get("metrics_token") {
             None => Some(None),
             Some(v) => self.typed::<String>("metrics_token", v).and_then(|token| {
@@ -188,6 +190,7 @@ impl Walk<'_> {
             batch_deadline_ms: batch_deadline_ms?,
             log: log?,
             rate_limits: rate_limits?,
+            files: files?,
             metrics_token: metrics_token?,
             metrics_listen: metrics_listen?,
             identities: identities?,

@@ -84,7 +84,7 @@ impl Walk<'_> {
 
     /// A list of strings, each read by `parse`; a non-string entry, or one that
     /// `parse` refuses, is an issue at `path[i]`. Every entry is checked.
-    fn list<T>(
+    pub(super) fn list<T>(
         &mut self,
         path: &str,
         value: &Value,
