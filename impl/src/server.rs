@@ -405,12 +405,15 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
             }))
         }
     };
+    // `send_file`'s sources: its directories must exist, its CA file must read.
+    let files = Arc::new(crate::files::FileSources::new(&config.files)?);
     let router = router(
         &config,
         store.clone(),
         engine.clone(),
         peers,
         identities,
+        files,
         stop.clone(),
     );
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -483,6 +486,7 @@ pub fn router(
     engine: EngineHandle,
     peers: Peers,
     identities: BTreeMap<String, Identity>,
+    files: Arc<crate::files::FileSources>,
     stop: Stop,
 ) -> axum::Router {
     let health = crate::http::HealthState {
@@ -505,6 +509,7 @@ pub fn router(
         peers: peers.clone(),
         max_download_bytes: config.max_download_bytes,
         rate_limits: crate::rate_limit::RateLimiter::new(&config.rate_limits),
+        files,
     });
     let event_store = Arc::new(SqliteEventStore::new(store.clone()));
     let idle = match config.session_idle_secs {
@@ -678,6 +683,7 @@ mod tests {
             engine.clone(),
             Peers::default(),
             BTreeMap::new(),
+            Arc::new(crate::files::FileSources::new(&config.files).unwrap()),
             Stop::new(),
         );
         if config.metrics_listen.is_some() {

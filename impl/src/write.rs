@@ -470,7 +470,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                         .media()
                         .upload(&mime, bytes.to_vec(), None)
                         .await
-                        .map_err(http_error)?;
+                        .map_err(matrix_error)?;
                     MediaSource::Plain(response.content_uri)
                 }
             };

@@ -39,11 +39,11 @@ impl TestHttps {
         let cert = rcgen::generate_simple_self_signed(names.to_vec()).expect("a test certificate");
         let dir = tempfile::tempdir().expect("a temp dir");
         std::fs::write(dir.path().join("ca.pem"), cert.cert.pem()).expect("write ca.pem");
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+        let key = tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(
             cert.signing_key.serialize_der().into(),
         );
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("TLS versions")
             .with_no_client_auth()

@@ -14,11 +14,9 @@ use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::human::enc;
 use crate::harness::mcp::McpClient;
 use crate::harness::nio::NioFixture;
-use crate::harness::{random_suffix, WAIT};
+use crate::harness::random_suffix;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::future::Future;
-use std::time::{Duration, Instant};
 
 /// `</channel>` with its `<` neutralised (U+FF1C).
 const CLOSE_NEUTRAL: &str = "\u{FF1C}/channel>";

@@ -8,13 +8,11 @@
 use crate::harness::expect::tool_error_message;
 use crate::harness::eventually;
 use crate::harness::expect::{permission_request, PERMISSION_REQUEST};
-use crate::harness::fixture::{Fixture, IDENTITY};
+use crate::harness::fixture::Fixture;
 use crate::harness::human::{enc, Human};
-use crate::harness::mcp::McpClient;
-use crate::harness::{random_suffix, WAIT};
+use crate::harness::random_suffix;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 /// A state event of `room` as `reader` (a member) reads it; `Value::Null` when the
 /// room has none.

@@ -11,13 +11,10 @@ use crate::harness::eventually;
 use crate::harness::fixture::{Fixture, HUMAN_NAME, IDENTITY, SETTLE_MS};
 use crate::harness::homeserver::homeserver;
 use crate::harness::human::{enc, Human};
-use crate::harness::mcp::McpClient;
 use crate::harness::{random_suffix, WAIT};
 use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::future::Future;
-use std::time::{Duration, Instant};
 
 /// 👍 with VARIATION SELECTOR-16, as many clients send it: the key must come back raw.
 const THUMBS_UP: &str = "\u{1F44D}\u{FE0F}";
