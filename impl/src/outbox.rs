@@ -62,7 +62,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 impl Outbox {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.files.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.files
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Stages `bytes` under their SHA-256, which this computes (a digest is never
@@ -109,7 +111,10 @@ mod tests {
         let second = outbox.stage(b"abc".to_vec());
         let other = outbox.stage(b"abd".to_vec());
         assert_eq!(outbox.len(), 2);
-        assert_eq!(outbox.get(abc).as_deref().map(Vec::as_slice), Some(&b"abc"[..]));
+        assert_eq!(
+            outbox.get(abc).as_deref().map(Vec::as_slice),
+            Some(&b"abc"[..])
+        );
         assert_ne!(other.sha256(), abc);
 
         drop(first);

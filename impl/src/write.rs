@@ -22,6 +22,7 @@ use matrix_sdk::ruma::events::room::message::{
     FormattedBody, MessageType, Relation, RoomMessageEventContent,
     RoomMessageEventContentWithoutRelation, TextMessageEventContent,
 };
+use matrix_sdk::ruma::events::room::MediaSource;
 use matrix_sdk::ruma::events::Mentions;
 use matrix_sdk::ruma::events::StateEventType;
 use matrix_sdk::ruma::{OwnedEventId, OwnedTransactionId, OwnedUserId};
@@ -33,7 +34,6 @@ use mc_adapters::write_rule::{
     event_id, homeserver_error, part_relation, reaction_allowed, redaction_reason_allowed, room_id,
     room_or_alias_id, user_id, Errcode, PartRelation, RoomEncryptionState,
 };
-use matrix_sdk::ruma::events::room::MediaSource;
 use mc_model::{AgentText, AgentWrite, RoomId};
 
 /// Maps a homeserver error to the contract's kinds ([`homeserver_error`]); no API

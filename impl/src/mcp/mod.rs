@@ -579,6 +579,7 @@ mod tests {
         ".make_edit_event(",
         ".make_reply_event(",
         ".upload(",
+        ".upload_encrypted_file(",
     ];
 
     #[test]
@@ -622,6 +623,7 @@ mod tests {
                 "join_room",
                 "leave_room",
                 "redact",
+                "send_file",
                 "send_message",
                 "send_reaction",
                 "set_room_name",

@@ -51,7 +51,9 @@ impl TestHttps {
             .expect("the test certificate and key");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
 
-        let first = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let first = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
         let port = first.local_addr().unwrap().port();
         let mut listeners = vec![first];
         for ip in ["127.0.0.2", "::1"] {

@@ -8,8 +8,8 @@
 //! `suspicious`; the TypeScript client checks each result against the tool's
 //! `outputSchema`.
 
-use crate::harness::expect::tool_error;
 use crate::harness::eventually;
+use crate::harness::expect::tool_error;
 use crate::harness::fixture::{Fixture, IDENTITY};
 use crate::harness::human::enc;
 use crate::harness::mcp::McpClient;

@@ -105,11 +105,22 @@ async fn send_file_sends_an_allowed_file_with_its_name_caption_and_dimensions_an
             &content["info"]["size"],
             &content["info"]["mimetype"]
         ),
-        (&json!(3), &json!(2), &json!(image.len()), &json!("image/png")),
+        (
+            &json!(3),
+            &json!(2),
+            &json!(image.len()),
+            &json!("image/png")
+        ),
         "{event}"
     );
-    let mxc = content["url"].as_str().expect("a plain room's media has url");
-    assert_eq!(human.download(mxc).await, image, "the bytes the human downloads");
+    let mxc = content["url"]
+        .as_str()
+        .expect("a plain room's media has url");
+    assert_eq!(
+        human.download(mxc).await,
+        image,
+        "the bytes the human downloads"
+    );
 
     // A text file under another name, replying to the human: m.file, text/plain.
     let question = human.send_text(&f.room, "the build log?").await;
@@ -235,7 +246,10 @@ async fn send_file_into_an_encrypted_room_uploads_encrypted_media_the_human_decr
         .await;
     let event_id = sent["event_id"].as_str().expect("event_id");
     assert_eq!(sent["encrypted"], true, "{sent}");
-    assert_eq!((&sent["width"], &sent["height"]), (&json!(640), &json!(480)));
+    assert_eq!(
+        (&sent["width"], &sent["height"]),
+        (&json!(640), &json!(480))
+    );
 
     // The homeserver holds ciphertext only; nio decrypts the event, whose media is an
     // encrypted attachment (`file`, no `url`), and then the bytes.
@@ -310,7 +324,13 @@ async fn send_file_fetches_an_allowed_https_url_and_the_ssrf_guard_refuses_the_r
         "https://169.254.169.254/latest/meta-data/".to_owned(),
         "https://10.0.0.1/".to_owned(),
     ] {
-        tool_error(&mcp, "send_file", json!({ "room_id": f.room, "url": url }), "forbidden").await;
+        tool_error(
+            &mcp,
+            "send_file",
+            json!({ "room_id": f.room, "url": url }),
+            "forbidden",
+        )
+        .await;
     }
     assert_eq!(
         https.connections(),
@@ -326,7 +346,11 @@ async fn send_file_fetches_an_allowed_https_url_and_the_ssrf_guard_refuses_the_r
     )
     .await;
     assert_eq!(https.hits("/moved"), 1);
-    assert_eq!(https.hits("/report.pdf"), 1, "only the first, allowed fetch");
+    assert_eq!(
+        https.hits("/report.pdf"),
+        1,
+        "only the first, allowed fetch"
+    );
     tool_error(
         &mcp,
         "send_file",

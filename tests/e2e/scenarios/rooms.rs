@@ -5,8 +5,8 @@
 //! finds it again; `set_room_name` and `set_room_topic` change a room as a member reads
 //! it, but never the permission room, and no name names an open request id.
 
-use crate::harness::expect::tool_error_message;
 use crate::harness::eventually;
+use crate::harness::expect::tool_error_message;
 use crate::harness::expect::{permission_request, PERMISSION_REQUEST};
 use crate::harness::fixture::Fixture;
 use crate::harness::human::{enc, Human};

@@ -6,8 +6,8 @@
 //!
 //! One fixture per group of tools; where a tool is on both mounts, both are called.
 
-use crate::harness::expect::tool_error;
 use crate::harness::eventually;
+use crate::harness::expect::tool_error;
 use crate::harness::fixture::{Fixture, HUMAN_NAME, IDENTITY, SETTLE_MS};
 use crate::harness::homeserver::homeserver;
 use crate::harness::human::{enc, Human};
@@ -21,13 +21,14 @@ const THUMBS_UP: &str = "\u{1F44D}\u{FE0F}";
 const PARTY: &str = "\u{1F389}";
 
 /// The tools of `/channel` (`CHANNEL_TOOLS`), sorted.
-const CHANNEL_TOOLS: [&str; 9] = [
+const CHANNEL_TOOLS: [&str; 10] = [
     "acknowledge",
     "download_attachment",
     "edit_message",
     "get_reactions",
     "read_messages",
     "read_thread",
+    "send_file",
     "send_message",
     "send_reaction",
     "whoami",
@@ -53,6 +54,7 @@ fn annotations() -> Vec<(&'static str, Value)> {
         ("read_thread", read(true)),
         ("get_reactions", read(true)),
         ("send_message", write(false, false, true)),
+        ("send_file", write(false, false, true)),
         ("edit_message", write(true, false, true)),
         ("send_reaction", write(false, true, true)),
         ("redact", write(true, true, true)),
