@@ -254,6 +254,31 @@ impl Wire for LiveWire {
     }
 }
 
+/// Refuses an allowed directory of `send_file` (`files.allowed_dirs`) that holds
+/// the store or lies inside it: the store keeps the identities' access tokens and
+/// end-to-end keys, which an agent must never be able to send. Compared as real
+/// paths (symlinks resolved). Errors: a directory that cannot be resolved, or one
+/// that overlaps the store, naming both.
+fn store_outside_files(
+    allowed_dirs: &[std::path::PathBuf],
+    store_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let store = std::fs::canonicalize(store_dir)
+        .with_context(|| format!("store_dir: {}", store_dir.display()))?;
+    for dir in allowed_dirs {
+        let real = std::fs::canonicalize(dir)
+            .with_context(|| format!("files.allowed_dirs: {}", dir.display()))?;
+        anyhow::ensure!(
+            !store.starts_with(&real) && !real.starts_with(&store),
+            "files.allowed_dirs: {} overlaps the store {} (its access tokens and keys): \
+             allow a directory of its own",
+            dir.display(),
+            store.display()
+        );
+    }
+    Ok(())
+}
+
 /// The request that creates a room (Client-Server API "Creation"; a label's room,
 /// and the agent's `create_room`): the `private_chat` preset (invite only, shared
 /// history), named `name` and with `topic` when given, `invite` invited, and with
@@ -405,7 +430,9 @@ pub async fn serve(config: Config) -> anyhow::Result<Stopped> {
             }))
         }
     };
-    // `send_file`'s sources: its directories must exist, its CA file must read.
+    // `send_file`'s sources: its directories must exist and keep clear of the
+    // store, its CA file must read.
+    store_outside_files(&config.files.allowed_dirs, &config.store_dir)?;
     let files = Arc::new(crate::files::FileSources::new(&config.files)?);
     let router = router(
         &config,
@@ -644,6 +671,26 @@ mod tests {
         let plain = create_room_request(None, Some("t"), vec![], false);
         assert!(plain.initial_state.is_empty());
         assert_eq!((plain.name, plain.topic.as_deref()), (None, Some("t")));
+    }
+
+    #[test]
+    fn an_allowed_directory_may_neither_hold_the_store_nor_lie_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, outbox) = (dir.path().join("store"), dir.path().join("outbox"));
+        std::fs::create_dir_all(store.join("media")).unwrap();
+        std::fs::create_dir_all(&outbox).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&store, &link).unwrap();
+        assert!(store_outside_files(&[outbox.clone()], &store).is_ok());
+        // `store` and `storeroom` share a prefix, not a directory.
+        let storeroom = dir.path().join("storeroom");
+        std::fs::create_dir_all(&storeroom).unwrap();
+        assert!(store_outside_files(&[outbox, storeroom], &store).is_ok());
+        for bad in [dir.path().to_owned(), store.clone(), store.join("media"), link] {
+            let e = store_outside_files(&[bad.clone()], &store).unwrap_err();
+            assert!(e.to_string().contains("overlaps the store"), "{bad:?}: {e}");
+        }
+        assert!(store_outside_files(&[dir.path().join("missing")], &store).is_err());
     }
 
     /// `router` of a server with no identity, its config the test config as `change`
