@@ -498,6 +498,32 @@ fn a_push_that_reaches_a_sessions_room_shows_typing_there_until_the_agent_answer
 }
 
 #[test]
+fn a_file_the_agent_sends_ends_typing_as_a_message_does() {
+    let mut w = World::new();
+    w.attach_labelled(S1, "web");
+    let web = label_room("web");
+    w.say(ALICE, web.as_str(), "a screenshot please");
+    w.mark();
+
+    w.agent_write(
+        1,
+        mc_model::AgentWrite::File {
+            room: web.clone(),
+            name: "shot.png".into(),
+            caption: None,
+            mimetype: "image/png".into(),
+            size: 67,
+            sha256: "0".repeat(64),
+            reply_to: None,
+            thread_root: None,
+            txn_id: "f1".into(),
+        },
+    );
+    assert_eq!(typing_trace(&w), [format!("typing {web} off")]);
+    assert!(w.state().typing().is_empty());
+}
+
+#[test]
 fn a_push_that_fails_shows_no_typing() {
     let mut w = World::new();
     w.attach_labelled(S1, "web");
