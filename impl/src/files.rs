@@ -939,7 +939,11 @@ mod tests {
                                 &location(format!("http://127.0.0.1:{port}/pic.png")),
                                 b"",
                             ),
-                            "/loop" => answer("302 Found", &location("/loop".to_owned()), b""),
+                            "/hops/0" => answer("200 OK", "content-length: 33\r\n", &PNG_3X2),
+                            hops if hops.starts_with("/hops/") => {
+                                let n: u32 = hops["/hops/".len()..].parse().unwrap();
+                                answer("302 Found", &location(format!("/hops/{}", n - 1)), b"")
+                            }
                             "/big" => {
                                 // Claims a megabyte, sends ten bytes and holds the
                                 // connection: only a refusal before reading returns.
@@ -1055,7 +1059,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_redirect_to_http_or_a_sixth_redirect_is_refused() {
+    async fn a_redirect_to_http_or_a_sixth_redirect_is_refused_and_a_fifth_followed() {
         let server = Server::start().await;
         let sources = server.sources(&["127.0.0.1/32"], 1 << 20);
         let refused = sources
@@ -1070,15 +1074,18 @@ mod tests {
                 server.port
             ))
         );
+        // `/hops/N` redirects N times.
+        let five = sources.fetch_url(&server.url("/hops/5"), u64::MAX).await;
+        assert_eq!(five.unwrap().bytes, PNG_3X2);
         let refused = sources
-            .fetch_url(&server.url("/loop"), u64::MAX)
+            .fetch_url(&server.url("/hops/6"), u64::MAX)
             .await
             .unwrap_err();
         assert_eq!(
             refused,
             ToolError::Upstream(format!(
                 "more than {MAX_REDIRECTS} redirects, the last to {}",
-                server.url("/loop")
+                server.url("/hops/0")
             ))
         );
     }
