@@ -476,8 +476,8 @@ fn redirect_policy(allow: Arc<Vec<IpNet>>) -> reqwest::redirect::Policy {
 
 #[cfg(test)]
 mod tests {
-    //! The path tests run on tokio's paused clock; the FIFO test and the fetches on
-    //! the real one (real sockets and reqwest's timers: on the paused clock a fetch's
+    //! The path tests run on tokio's paused clock, the FIFO test on a thread of its
+    //! own; the fetches on the real clock (real sockets and reqwest's timers: on the paused clock a fetch's
     //! timeouts would fire as soon as it waits on the network).
     use super::*;
     use std::net::TcpListener;
@@ -599,20 +599,30 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_fifo_under_a_root_is_not_a_regular_file_and_never_blocks() {
+    /// On a thread of its own with its own runtime: were the open to block, the
+    /// test fails after the guard and leaves the thread behind (a runtime's drop would
+    /// wait for its blocking task for ever).
+    #[test]
+    fn a_fifo_under_a_root_is_not_a_regular_file_and_never_blocks() {
         let tree = Tree::new(1 << 20);
-        let fifo = std::ffi::CString::new(tree.path("root/fifo")).unwrap();
+        let path = tree.path("root/fifo");
+        let fifo = std::ffi::CString::new(path.clone()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        let read = tokio::time::timeout(Duration::from_secs(20), tree.read("root/fifo"))
-            .await
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sources = tree.sources.clone();
+        let fifo_path = path.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let _ = tx.send(runtime.block_on(sources.read_path(&fifo_path, u64::MAX)));
+        });
+        let read = rx
+            .recv_timeout(Duration::from_secs(20))
             .expect("reading a FIFO blocked");
         assert_eq!(
             read.unwrap_err(),
-            ToolError::Invalid(format!(
-                "{:?} is not a regular file",
-                tree.path("root/fifo")
-            ))
+            ToolError::Invalid(format!("{path:?} is not a regular file"))
         );
     }
 
@@ -939,7 +949,11 @@ mod tests {
                                 &location(format!("http://127.0.0.1:{port}/pic.png")),
                                 b"",
                             ),
-                            "/loop" => answer("302 Found", &location("/loop".to_owned()), b""),
+                            "/hops/0" => answer("200 OK", "content-length: 33\r\n", &PNG_3X2),
+                            hops if hops.starts_with("/hops/") => {
+                                let n: u32 = hops["/hops/".len()..].parse().unwrap();
+                                answer("302 Found", &location(format!("/hops/{}", n - 1)), b"")
+                            }
                             "/big" => {
                                 // Claims a megabyte, sends ten bytes and holds the
                                 // connection: only a refusal before reading returns.
@@ -1055,7 +1069,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_redirect_to_http_or_a_sixth_redirect_is_refused() {
+    async fn a_redirect_to_http_or_a_sixth_redirect_is_refused_and_a_fifth_followed() {
         let server = Server::start().await;
         let sources = server.sources(&["127.0.0.1/32"], 1 << 20);
         let refused = sources
@@ -1070,15 +1084,18 @@ mod tests {
                 server.port
             ))
         );
+        // `/hops/N` redirects N times.
+        let five = sources.fetch_url(&server.url("/hops/5"), u64::MAX).await;
+        assert_eq!(five.unwrap().bytes, PNG_3X2);
         let refused = sources
-            .fetch_url(&server.url("/loop"), u64::MAX)
+            .fetch_url(&server.url("/hops/6"), u64::MAX)
             .await
             .unwrap_err();
         assert_eq!(
             refused,
             ToolError::Upstream(format!(
                 "more than {MAX_REDIRECTS} redirects, the last to {}",
-                server.url("/loop")
+                server.url("/hops/0")
             ))
         );
     }

@@ -219,18 +219,15 @@ pub const MAX_FILE_NAME_BYTES: usize = 255;
 pub fn file_name(raw: &str) -> Result<String, String> {
     let last = raw.rsplit(['/', '\\']).next().unwrap_or(raw);
     let kept: String = last.chars().filter(|&c| !is_stripped(c)).collect();
-    let mut name = kept.trim();
-    if name.len() > MAX_FILE_NAME_BYTES {
-        let mut end = MAX_FILE_NAME_BYTES;
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        name = name[..end].trim_end();
+    let trimmed = kept.trim();
+    let mut end = trimmed.len().min(MAX_FILE_NAME_BYTES);
+    while !trimmed.is_char_boundary(end) {
+        end -= 1;
     }
-    match name {
+    match trimmed[..end].trim_end() {
         "" => Err(format!("{raw:?} names no file")),
         "." | ".." => Err(format!("{raw:?} is not a file name")),
-        _ => Ok(name.to_owned()),
+        name => Ok(name.to_owned()),
     }
 }
 
