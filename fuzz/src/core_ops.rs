@@ -2570,13 +2570,8 @@ impl World {
                 reply_to,
                 thread_root,
             } => {
-                let reply_to = reply_to.map(|t| self.resolve(t));
-                let thread_root = thread_root.map(|t| self.resolve(t));
-                let room = match (&reply_to, &thread_root) {
-                    (Some(t), _) | (None, Some(t)) => self.room_of(t),
-                    (None, None) => room(*r),
-                };
-                let targets = reply_to.iter().chain(thread_root.iter()).cloned().collect();
+                let (room, reply_to, thread_root, targets) =
+                    self.related(room(*r), *reply_to, *thread_root);
                 let write = AgentWrite::Message {
                     room,
                     parts: parts.iter().map(&mut part).collect(),
@@ -2651,13 +2646,8 @@ impl World {
                 reply_to,
                 thread_root,
             } => {
-                let reply_to = reply_to.map(|t| self.resolve(t));
-                let thread_root = thread_root.map(|t| self.resolve(t));
-                let room = match (&reply_to, &thread_root) {
-                    (Some(t), _) | (None, Some(t)) => self.room_of(t),
-                    (None, None) => room(*r),
-                };
-                let targets = reply_to.iter().chain(thread_root.iter()).cloned().collect();
+                let (room, reply_to, thread_root, targets) =
+                    self.related(room(*r), *reply_to, *thread_root);
                 // `part` borrows `read`: the caption first, then the name.
                 let caption = caption.as_ref().map(&mut part);
                 let write = AgentWrite::File {
@@ -3449,6 +3439,24 @@ impl World {
             };
             assert!(fine, "a restart did {effect:?}");
         }
+    }
+
+    /// A message's or a file's reply target and thread resolved, the room it goes
+    /// to (theirs, else `room`), and its targets.
+    fn related(
+        &self,
+        room: RoomId,
+        reply_to: Option<Ref>,
+        thread_root: Option<Ref>,
+    ) -> (RoomId, Option<EventId>, Option<EventId>, Vec<EventId>) {
+        let reply_to = reply_to.map(|t| self.resolve(t));
+        let thread_root = thread_root.map(|t| self.resolve(t));
+        let room = match (&reply_to, &thread_root) {
+            (Some(t), _) | (None, Some(t)) => self.room_of(t),
+            (None, None) => room,
+        };
+        let targets = reply_to.iter().chain(thread_root.iter()).cloned().collect();
+        (room, reply_to, thread_root, targets)
     }
 
     fn room_of(&self, target: &EventId) -> RoomId {

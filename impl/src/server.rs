@@ -681,13 +681,18 @@ mod tests {
         std::fs::create_dir_all(&outbox).unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&store, &link).unwrap();
-        assert!(store_outside_files(&[outbox.clone()], &store).is_ok());
+        assert!(store_outside_files(std::slice::from_ref(&outbox), &store).is_ok());
         // `store` and `storeroom` share a prefix, not a directory.
         let storeroom = dir.path().join("storeroom");
         std::fs::create_dir_all(&storeroom).unwrap();
         assert!(store_outside_files(&[outbox, storeroom], &store).is_ok());
-        for bad in [dir.path().to_owned(), store.clone(), store.join("media"), link] {
-            let e = store_outside_files(&[bad.clone()], &store).unwrap_err();
+        for bad in [
+            dir.path().to_owned(),
+            store.clone(),
+            store.join("media"),
+            link,
+        ] {
+            let e = store_outside_files(std::slice::from_ref(&bad), &store).unwrap_err();
             assert!(e.to_string().contains("overlaps the store"), "{bad:?}: {e}");
         }
         assert!(store_outside_files(&[dir.path().join("missing")], &store).is_err());

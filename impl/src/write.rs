@@ -532,49 +532,32 @@ pub fn file_content(
     let size = UInt::new(size);
     let mimetype = Some(mimetype.to_owned());
     let pixels = |n: Option<u32>| n.map(UInt::from);
+    // One shape for the four msgtypes: the content with its caption and name, and
+    // its info with the mimetype and size (and what `$dims` adds).
+    macro_rules! media {
+        ($variant:ident, $content:ident, $info:ident) => {
+            media!($variant, $content, $info, |_info| {})
+        };
+        ($variant:ident, $content:ident, $info:ident, |$i:ident| $dims:block) => {{
+            let mut $i = $info::new();
+            $i.mimetype = mimetype;
+            $i.size = size;
+            $dims
+            let mut c = $content::new(body, source);
+            c.formatted = formatted;
+            c.filename = filename;
+            c.info = Some(Box::new($i));
+            MessageType::$variant(c)
+        }};
+    }
     let msgtype = match sniffed.kind {
-        MediaKind::Image => {
-            let mut info = ImageInfo::new();
-            info.mimetype = mimetype;
-            info.size = size;
+        MediaKind::Image => media!(Image, ImageMessageEventContent, ImageInfo, |info| {
             info.width = pixels(sniffed.width);
             info.height = pixels(sniffed.height);
-            let mut c = ImageMessageEventContent::new(body, source);
-            c.formatted = formatted;
-            c.filename = filename;
-            c.info = Some(Box::new(info));
-            MessageType::Image(c)
-        }
-        MediaKind::Video => {
-            let mut info = VideoInfo::new();
-            info.mimetype = mimetype;
-            info.size = size;
-            let mut c = VideoMessageEventContent::new(body, source);
-            c.formatted = formatted;
-            c.filename = filename;
-            c.info = Some(Box::new(info));
-            MessageType::Video(c)
-        }
-        MediaKind::Audio => {
-            let mut info = AudioInfo::new();
-            info.mimetype = mimetype;
-            info.size = size;
-            let mut c = AudioMessageEventContent::new(body, source);
-            c.formatted = formatted;
-            c.filename = filename;
-            c.info = Some(Box::new(info));
-            MessageType::Audio(c)
-        }
-        MediaKind::File => {
-            let mut info = FileInfo::new();
-            info.mimetype = mimetype;
-            info.size = size;
-            let mut c = FileMessageEventContent::new(body, source);
-            c.formatted = formatted;
-            c.filename = filename;
-            c.info = Some(Box::new(info));
-            MessageType::File(c)
-        }
+        }),
+        MediaKind::Video => media!(Video, VideoMessageEventContent, VideoInfo),
+        MediaKind::Audio => media!(Audio, AudioMessageEventContent, AudioInfo),
+        MediaKind::File => media!(File, FileMessageEventContent, FileInfo),
     };
     RoomMessageEventContentWithoutRelation::new(msgtype)
 }

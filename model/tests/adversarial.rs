@@ -1972,16 +1972,22 @@ fn build_write(
     let mut own_original = None;
     let mut leaves = None;
     let mut retitles = None;
+    // A message's or a file's reply target and thread, both by `target`'s bits,
+    // added to the targets the oracle reads.
+    let relation = |targets: &mut Vec<String>| {
+        let reply_to = target.is_multiple_of(2).then(|| event.clone());
+        let thread_root = (target % 4 >= 2).then(|| event.clone());
+        targets.extend(
+            reply_to
+                .iter()
+                .chain(thread_root.iter())
+                .map(|e| e.to_string()),
+        );
+        (reply_to, thread_root)
+    };
     let write = match kind % 12 {
         0 | 1 => {
-            let reply_to = target.is_multiple_of(2).then(|| event.clone());
-            let thread_root = (target % 4 >= 2).then(|| event.clone());
-            targets.extend(
-                reply_to
-                    .iter()
-                    .chain(thread_root.iter())
-                    .map(|e| e.to_string()),
-            );
+            let (reply_to, thread_root) = relation(&mut targets);
             let parts = if kind.is_multiple_of(9) {
                 names.push(texts[0].1);
                 vec![plain(0)]
@@ -2060,14 +2066,7 @@ fn build_write(
             }
         }
         11 => {
-            let reply_to = target.is_multiple_of(2).then(|| event.clone());
-            let thread_root = (target % 4 >= 2).then(|| event.clone());
-            targets.extend(
-                reply_to
-                    .iter()
-                    .chain(thread_root.iter())
-                    .map(|e| e.to_string()),
-            );
+            let (reply_to, thread_root) = relation(&mut targets);
             names.push(texts[0].1);
             let caption = sender.is_multiple_of(2).then(|| {
                 names.extend([texts[1].1, texts[2].1]);

@@ -305,6 +305,42 @@ async fn own_room(
         .ok_or_else(|| ToolError::Invalid("this session has no room yet: pass room_id".into()))
 }
 
+/// The joined room a message or a file goes to: `room_id`, or without it this
+/// session's own room ([`own_room`]). Errors: those of [`own_room`] and [`joined`].
+async fn target_room(
+    engine: &crate::engine::EngineHandle,
+    identity: &crate::matrix::Identity,
+    room_id: Option<String>,
+    session: Option<SessionId>,
+) -> Result<Room, ToolError> {
+    let room_id = match room_id {
+        Some(room_id) => room_id,
+        None => own_room(engine, IdentityId(identity.name.clone()), session).await?,
+    };
+    joined(identity, &room_id)
+}
+
+/// The reply target and thread of a message or a file: `reply_to` and `thread_root`
+/// parsed, and without a `thread_root` the thread `reply_to` is in ([`thread_of`]),
+/// so a reply to a thread message stays in its thread. Errors: `invalid_params` for
+/// a malformed id, `not_found` for a `reply_to` the homeserver does not know.
+async fn relations(
+    room: &Room,
+    reply_to: Option<&str>,
+    thread_root: Option<&str>,
+) -> Result<(Option<EventId>, Option<EventId>), ToolError> {
+    let reply_to = reply_to.map(parse_event).transpose()?;
+    let mut thread_root = thread_root.map(parse_event).transpose()?;
+    if let Some(target) = &reply_to {
+        let parent_thread = thread_of(room, target).await?;
+        thread_root = thread_root.or(parent_thread);
+    }
+    Ok((
+        reply_to.as_ref().map(model_event),
+        thread_root.as_ref().map(model_event),
+    ))
+}
+
 #[tool_router(router = write_tools, vis = "pub(super)")]
 impl McpServer {
     #[tool(
@@ -324,14 +360,7 @@ impl McpServer {
     ) -> Result<Json<Sent>, Failure> {
         let session = self.channel_session(&parts);
         self.run(&parts, "send_message", move |identity| async move {
-            let room_id = match args.room_id {
-                Some(room_id) => room_id,
-                None => {
-                    let id = IdentityId(identity.name.clone());
-                    own_room(&self.app.engine, id, session).await?
-                }
-            };
-            let room = joined(identity, &room_id)?;
+            let room = target_room(&self.app.engine, identity, args.room_id, session).await?;
             let state = room.encryption_state();
             let budget = if state.is_encrypted() || state.is_unknown() {
                 MAX_ENCRYPTED_CONTENT_BYTES
@@ -342,17 +371,13 @@ impl McpServer {
             if texts.is_empty() {
                 return Err(ToolError::Invalid("text is empty".to_string()));
             }
-            let reply_to = args.reply_to.as_deref().map(parse_event).transpose()?;
-            let mut thread_root = args.thread_root.as_deref().map(parse_event).transpose()?;
-            if let Some(target) = &reply_to {
-                let parent_thread = thread_of(&room, target).await?;
-                thread_root = thread_root.or(parent_thread);
-            }
+            let (reply_to, thread_root) =
+                relations(&room, args.reply_to.as_deref(), args.thread_root.as_deref()).await?;
             let write = AgentWrite::Message {
                 room: model_room(&room),
                 parts: texts.iter().map(|t| markdown_text(t)).collect(),
-                reply_to: reply_to.as_ref().map(model_event),
-                thread_root: thread_root.as_ref().map(model_event),
+                reply_to,
+                thread_root,
                 txn_id: args
                     .txn_id
                     .clone()
@@ -383,14 +408,7 @@ impl McpServer {
     ) -> Result<Json<FileSent>, Failure> {
         let session = self.channel_session(&parts);
         self.run(&parts, "send_file", move |identity| async move {
-            let room_id = match args.room_id {
-                Some(room_id) => room_id,
-                None => {
-                    let id = IdentityId(identity.name.clone());
-                    own_room(&self.app.engine, id, session).await?
-                }
-            };
-            let room = joined(identity, &room_id)?;
+            let room = target_room(&self.app.engine, identity, args.room_id, session).await?;
             let caption = match args.caption.as_deref().map(str::trim) {
                 Some(c) if c.len() > MAX_CAPTION_BYTES => {
                     return Err(ToolError::Invalid(format!(
@@ -401,12 +419,8 @@ impl McpServer {
                 Some("") | None => None,
                 Some(c) => Some(markdown_text(c)),
             };
-            let reply_to = args.reply_to.as_deref().map(parse_event).transpose()?;
-            let mut thread_root = args.thread_root.as_deref().map(parse_event).transpose()?;
-            if let Some(target) = &reply_to {
-                let parent_thread = thread_of(&room, target).await?;
-                thread_root = thread_root.or(parent_thread);
-            }
+            let (reply_to, thread_root) =
+                relations(&room, args.reply_to.as_deref(), args.thread_root.as_deref()).await?;
             // The operator's cap, and the homeserver's own (`m.upload.size`) when it
             // says one: a file over either is refused before it is read in full.
             let cap = match identity.client.load_or_fetch_max_upload_size().await {
@@ -436,8 +450,8 @@ impl McpServer {
                 mimetype: sniffed.mimetype.clone(),
                 size,
                 sha256: staged.sha256().to_owned(),
-                reply_to: reply_to.as_ref().map(model_event),
-                thread_root: thread_root.as_ref().map(model_event),
+                reply_to,
+                thread_root,
                 txn_id: args
                     .txn_id
                     .clone()

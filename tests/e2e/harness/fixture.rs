@@ -28,6 +28,16 @@ pub struct Fixture {
     _permit: SemaphorePermit<'static>,
 }
 
+/// A new MCP client connected to `server`'s `/mcp` (every tool) with the identity's
+/// token.
+pub async fn tools_client(server: &Server, name: &str) -> McpClient {
+    let client = McpClient::spawn(name).await;
+    client
+        .connect(&server.url("/mcp"), server.token(IDENTITY))
+        .await;
+    client
+}
+
 impl Fixture {
     /// Registers the cast, creates the room, starts the server (after `tune` adjusted
     /// its config) and waits until the bot joined the room.
@@ -102,11 +112,27 @@ impl Fixture {
 impl Fixture {
     /// A new MCP client connected to `/mcp` (every tool) with the identity's token.
     pub async fn tools(&self, name: &str) -> McpClient {
-        let client = McpClient::spawn(name).await;
-        client
-            .connect(&self.server.url("/mcp"), self.server.token(IDENTITY))
+        tools_client(&self.server, name).await
+    }
+
+    /// A new `/channel` session `name` that asks permission request `request_id` (a
+    /// `Bash` `ls`); returns it once the prompt is in the room, which holds the id
+    /// open.
+    pub async fn open_request(&self, name: &str, request_id: &str) -> McpClient {
+        let (session, _) = self.channel(name).await;
+        session
+            .notify(
+                super::expect::PERMISSION_REQUEST,
+                super::expect::permission_request(
+                    request_id,
+                    "Bash",
+                    "List files",
+                    r#"{"command":"ls"}"#,
+                ),
+            )
             .await;
-        client
+        self.wait_prompt(request_id).await;
+        session
     }
 }
 

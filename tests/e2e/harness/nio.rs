@@ -603,11 +603,7 @@ impl NioFixture {
 
     /// A new MCP client connected to `/mcp` (every tool) with the identity's token.
     pub async fn tools(&self, name: &str) -> McpClient {
-        let client = McpClient::spawn(name).await;
-        client
-            .connect(&self.server.url("/mcp"), self.server.token(IDENTITY))
-            .await;
-        client
+        super::fixture::tools_client(&self.server, name).await
     }
 
     /// The origin of the human's message `event_id` (display name as `user`).

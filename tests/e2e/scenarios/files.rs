@@ -7,7 +7,7 @@
 //! file name or caption naming an open request id, no address the SSRF guard
 //! refuses.
 
-use crate::harness::expect::{permission_request, tool_error, PERMISSION_REQUEST};
+use crate::harness::expect::tool_error;
 use crate::harness::fixture::Fixture;
 use crate::harness::https::TestHttps;
 use crate::harness::nio::{assert_decrypted, NioFixture};
@@ -197,15 +197,8 @@ async fn send_file_sends_an_allowed_file_with_its_name_caption_and_dimensions_an
     .await;
 
     // With a prompt open, neither the file name nor the caption may name its id.
-    let (session, _) = f.channel("asker").await;
     let id = "wxyzk";
-    session
-        .notify(
-            PERMISSION_REQUEST,
-            permission_request(id, "Bash", "List files", r#"{"command":"ls"}"#),
-        )
-        .await;
-    f.wait_prompt(id).await;
+    let _asker = f.open_request("asker", id).await;
     for args in [
         json!({ "filename": format!("yes {id}.png") }),
         json!({ "caption": "reply *wx*yzk to go on" }),

@@ -7,7 +7,6 @@
 
 use crate::harness::eventually;
 use crate::harness::expect::tool_error_message;
-use crate::harness::expect::{permission_request, PERMISSION_REQUEST};
 use crate::harness::fixture::Fixture;
 use crate::harness::human::{enc, Human};
 use crate::harness::random_suffix;
@@ -159,15 +158,8 @@ async fn set_room_name_and_topic_change_a_room_but_never_the_permission_room_nor
     assert_eq!(state(human, &f.room, "m.room.name").await, before);
 
     // With a prompt open, no name, topic or new room's text may name its id.
-    let (session, _) = f.channel("asker").await;
     let id = "qrstv";
-    session
-        .notify(
-            PERMISSION_REQUEST,
-            permission_request(id, "Bash", "List files", r#"{"command":"ls"}"#),
-        )
-        .await;
-    f.wait_prompt(id).await;
+    let _asker = f.open_request("asker", id).await;
     for (tool, args) in [
         (
             "set_room_name",

@@ -135,7 +135,10 @@ async fn more_messages_than_the_timeline_limit_sent_while_the_server_is_stopped_
     let mut f = Fixture::start(|_| {}).await;
     let (session, connected) = f.channel("session").await;
     let before = f.human.send_text(&f.room, "gap before").await;
-    assert_eq!(pushed_ids(&session, "gap before", 1).await, std::slice::from_ref(&before));
+    assert_eq!(
+        pushed_ids(&session, "gap before", 1).await,
+        std::slice::from_ref(&before)
+    );
     // A push written to the stream but not yet recorded as written when the process
     // dies is pushed again after the restart (at least once across a crash:
     // `Input::Restarted` gives it back); one the session acknowledged never is. The
