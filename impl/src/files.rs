@@ -609,6 +609,61 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn magic_links_devices_and_sockets_reached_from_a_root_are_never_read() {
+        let tree = Tree::new(1 << 20);
+        let secret = std::fs::File::open(tree.path("outside/secret")).unwrap();
+        let fd = std::os::unix::io::AsRawFd::as_raw_fd(&secret);
+        let root = tree.path("root");
+        // Spelt through /proc or /dev/fd: outside as written.
+        for path in [
+            format!("/proc/self/root{root}/notes.txt"),
+            format!("/proc/self/fd/{fd}"),
+            format!("/dev/fd/{fd}"),
+        ] {
+            assert_eq!(
+                tree.sources.read_path(&path, u64::MAX).await.unwrap_err(),
+                outside(&path)
+            );
+        }
+        // Symlinked from inside: judged by what was opened.
+        for (name, target) in [
+            (
+                "procroot",
+                format!("/proc/self/root{}", tree.path("outside/secret")),
+            ),
+            ("procfd", format!("/proc/self/fd/{fd}")),
+            ("devfd", format!("/dev/fd/{fd}")),
+            ("zero", "/dev/zero".to_owned()),
+            ("urandom", "/dev/urandom".to_owned()),
+            ("environ", "/proc/self/environ".to_owned()),
+        ] {
+            std::os::unix::fs::symlink(&target, tree.path(&format!("root/{name}"))).unwrap();
+            let rel = format!("root/{name}");
+            assert_eq!(
+                tree.read(&rel).await.unwrap_err(),
+                outside(&tree.path(&rel))
+            );
+        }
+        let _socket = std::os::unix::net::UnixListener::bind(tree.path("root/sock")).unwrap();
+        assert_eq!(
+            tree.read("root/sock").await.unwrap_err(),
+            ToolError::Invalid(format!(
+                "{:?} is not a regular file",
+                tree.path("root/sock")
+            ))
+        );
+        // A sparse terabyte is refused by its size, before a byte is read.
+        std::fs::File::create(tree.path("root/sparse"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert_eq!(
+            tree.read("root/sparse").await.unwrap_err().kind(),
+            "too_large"
+        );
+    }
+
     #[tokio::test]
     async fn a_fifo_under_a_root_is_not_a_regular_file_and_never_blocks() {
         let tree = Tree::new(1 << 20);

@@ -882,7 +882,9 @@ mod tests {
     fn a_caption_whose_rendered_event_would_pass_the_event_size_limit_is_refused() {
         use crate::fit::content_bytes;
         assert_eq!(caption_text(Some("  ")), Ok(None));
-        let fine = caption_text(Some(" the **build** screen ")).unwrap().unwrap();
+        let fine = caption_text(Some(" the **build** screen "))
+            .unwrap()
+            .unwrap();
         assert_eq!(fine.body, "the **build** screen");
         // Under MAX_CAPTION_BYTES of markdown, but its HTML and JSON escapes are not:
         // a bullet list, control characters, nested quotes.
@@ -907,7 +909,10 @@ mod tests {
         let plain = "a".repeat(MAX_CAPTION_BYTES);
         assert!(content_bytes(&plain) <= MAX_CAPTION_CONTENT_BYTES);
         assert_eq!(caption_text(Some(&plain)).unwrap().unwrap().body, plain);
-        assert_eq!(caption_text(Some(&format!("{plain}a"))).unwrap_err().kind(), "invalid_params");
+        assert_eq!(
+            caption_text(Some(&format!("{plain}a"))).unwrap_err().kind(),
+            "invalid_params"
+        );
     }
 
     #[tokio::test(start_paused = true)]
