@@ -83,7 +83,8 @@ impl Loaded {
 /// fetching client.
 #[derive(Clone)]
 pub struct FileSources {
-    /// `files.allowed_dirs` with `.` and `..` resolved lexically: the first check.
+    /// `files.allowed_dirs` with `.` and `..` resolved lexically, each that is the
+    /// same directory as its canonical form: the first check.
     written_roots: Vec<PathBuf>,
     /// `files.allowed_dirs` canonicalized at start: the check of what was opened.
     roots: Vec<PathBuf>,
@@ -115,6 +116,7 @@ impl FileSources {
     /// certificate; a client reqwest cannot build.
     pub fn new(config: &FilesConfig) -> anyhow::Result<FileSources> {
         let mut roots = Vec::with_capacity(config.allowed_dirs.len());
+        let mut written_roots = Vec::with_capacity(config.allowed_dirs.len());
         for dir in &config.allowed_dirs {
             let real = std::fs::canonicalize(dir)
                 .with_context(|| format!("files.allowed_dirs: {}", dir.display()))?;
@@ -123,6 +125,14 @@ impl FileSources {
                 "files.allowed_dirs: {} is not a directory",
                 dir.display()
             );
+            // The directory as written (`..` taken lexically) serves the first check
+            // only when it is that directory: after a symlink, `link/..` is not the
+            // text's parent, and a wider first check would tell whether a path
+            // outside exists.
+            let written = lexical(dir);
+            if std::fs::canonicalize(&written).is_ok_and(|w| w == real) {
+                written_roots.push(written);
+            }
             roots.push(real);
         }
         let allow = Arc::new(config.fetch_allow_networks.clone());
@@ -149,7 +159,7 @@ impl FileSources {
         }
         let client = builder.build().context("the send_file fetching client")?;
         Ok(FileSources {
-            written_roots: config.allowed_dirs.iter().map(|d| lexical(d)).collect(),
+            written_roots,
             roots,
             max_bytes: config.max_bytes,
             fetch_urls: config.fetch_urls,
@@ -599,6 +609,61 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn magic_links_devices_and_sockets_reached_from_a_root_are_never_read() {
+        let tree = Tree::new(1 << 20);
+        let secret = std::fs::File::open(tree.path("outside/secret")).unwrap();
+        let fd = std::os::unix::io::AsRawFd::as_raw_fd(&secret);
+        let root = tree.path("root");
+        // Spelt through /proc or /dev/fd: outside as written.
+        for path in [
+            format!("/proc/self/root{root}/notes.txt"),
+            format!("/proc/self/fd/{fd}"),
+            format!("/dev/fd/{fd}"),
+        ] {
+            assert_eq!(
+                tree.sources.read_path(&path, u64::MAX).await.unwrap_err(),
+                outside(&path)
+            );
+        }
+        // Symlinked from inside: judged by what was opened.
+        for (name, target) in [
+            (
+                "procroot",
+                format!("/proc/self/root{}", tree.path("outside/secret")),
+            ),
+            ("procfd", format!("/proc/self/fd/{fd}")),
+            ("devfd", format!("/dev/fd/{fd}")),
+            ("zero", "/dev/zero".to_owned()),
+            ("urandom", "/dev/urandom".to_owned()),
+            ("environ", "/proc/self/environ".to_owned()),
+        ] {
+            std::os::unix::fs::symlink(&target, tree.path(&format!("root/{name}"))).unwrap();
+            let rel = format!("root/{name}");
+            assert_eq!(
+                tree.read(&rel).await.unwrap_err(),
+                outside(&tree.path(&rel))
+            );
+        }
+        let _socket = std::os::unix::net::UnixListener::bind(tree.path("root/sock")).unwrap();
+        assert_eq!(
+            tree.read("root/sock").await.unwrap_err(),
+            ToolError::Invalid(format!(
+                "{:?} is not a regular file",
+                tree.path("root/sock")
+            ))
+        );
+        // A sparse terabyte is refused by its size, before a byte is read.
+        std::fs::File::create(tree.path("root/sparse"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert_eq!(
+            tree.read("root/sparse").await.unwrap_err().kind(),
+            "too_large"
+        );
+    }
+
     /// On a thread of its own with its own runtime: were the open to block, the
     /// test fails after the guard and leaves the thread behind (a runtime's drop would
     /// wait for its blocking task for ever).
@@ -687,6 +752,46 @@ mod tests {
             exact.read("root/notes.txt").await.unwrap().bytes,
             b"hello\n"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_root_written_with_dot_dot_after_a_symlink_tells_nothing_of_its_lexical_parent() {
+        // `allowed_dirs = ["<d>/link/.."]` with `link` -> `<d>/real/sub`: the directory
+        // is `<d>/real`, not `<d>` as the text reads.
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("real/sub")).unwrap();
+        std::fs::write(d.join("real/f"), "in").unwrap();
+        std::fs::write(d.join("secret"), "out").unwrap();
+        std::os::unix::fs::symlink(d.join("real/sub"), d.join("link")).unwrap();
+        let sources = FileSources::new(&FilesConfig {
+            allowed_dirs: vec![d.join("link/..")],
+            ..FilesConfig::default()
+        })
+        .unwrap();
+        let read = |p: PathBuf| {
+            let sources = sources.clone();
+            async move { sources.read_path(&p.display().to_string(), u64::MAX).await }
+        };
+        assert_eq!(read(d.join("real/f")).await.unwrap().bytes, b"in");
+        // A root that is itself a symlink is still read through its written name.
+        std::os::unix::fs::symlink(d.join("real"), d.join("rootlink")).unwrap();
+        let through_link = FileSources::new(&FilesConfig {
+            allowed_dirs: vec![d.join("rootlink")],
+            ..FilesConfig::default()
+        })
+        .unwrap();
+        let f = d.join("rootlink/f").display().to_string();
+        assert_eq!(through_link.read_path(&f, 9).await.unwrap().bytes, b"in");
+        // Outside, present or missing: the same answer.
+        for rel in ["secret", "missing"] {
+            let path = d.join(rel);
+            assert_eq!(
+                read(path.clone()).await.unwrap_err(),
+                outside(&path.display().to_string()),
+                "{rel}"
+            );
+        }
     }
 
     #[test]

@@ -209,10 +209,11 @@ pub const MAX_FILE_NAME_BYTES: usize = 255;
 /// The file name a sent file carries (its Matrix `filename`), from a path or a URL's
 /// last segment (already percent-decoded): the part after the last `/` or `\`, with
 /// control characters (C0, DEL, C1) and the bidirectional formatting characters
-/// (U+200E, U+200F, U+202A–U+202E, U+2066–U+2069, which can make `gpj.exe` read as
-/// `exe.jpg`) removed rather than refused (a name is a label, not a path: dropping
-/// them loses nothing the receiver needs), then trimmed of whitespace and cut to
-/// [`MAX_FILE_NAME_BYTES`] bytes on a character boundary.
+/// (Unicode's `Bidi_Control`: U+061C, U+200E, U+200F, U+202A–U+202E,
+/// U+2066–U+2069, which can make `gpj.exe` read as `exe.jpg`) removed rather than
+/// refused (a name is a label, not a path: dropping them loses nothing the receiver
+/// needs), then trimmed of whitespace and cut to [`MAX_FILE_NAME_BYTES`] bytes on a
+/// character boundary.
 ///
 /// # Errors
 /// When nothing is left, or what is left is `.` or `..`.
@@ -235,7 +236,11 @@ fn is_stripped(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+            '\u{061C}'
+                | '\u{200E}'
+                | '\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}'
         )
 }
 
@@ -563,6 +568,11 @@ mod tests {
             ("  a b.txt \t", "a b.txt"),
             ("bad\nname\u{7f}\u{85}.txt", "badname.txt"),
             ("invoice\u{202E}fdp.exe", "invoicefdp.exe"),
+            // Every Bidi_Control character (PropList.txt), the Arabic letter mark too.
+            (
+                "a\u{61C}b\u{200E}\u{200F}\u{202A}\u{202B}\u{202C}\u{202D}\u{2066}\u{2067}\u{2068}\u{2069}.png",
+                "ab.png",
+            ),
             ("é.png", "é.png"),
         ] {
             assert_eq!(file_name(raw), Ok(name.to_owned()), "{raw:?}");

@@ -295,10 +295,28 @@ impl McpServer {
     /// model refuses it (`forbidden`, with the rule) or lets it through and the wire
     /// performs it. The only way a tool writes to Matrix.
     async fn write(&self, identity: &Identity, write: AgentWrite) -> Result<Written, ToolError> {
+        self.write_permitted(identity)?;
+        self.write_within_limits(identity, write).await
+    }
+
+    /// Counts one write of the caller's token and of `identity` against their write
+    /// limits. Errors: `rate_limited`. A tool that does costly work before its write
+    /// (`send_file` reads or fetches up to `files.max_bytes`) asks first and then
+    /// writes with [`McpServer::write_within_limits`], so a caller over its limit
+    /// costs nothing.
+    fn write_permitted(&self, identity: &Identity) -> Result<(), ToolError> {
         let token = CALLER_TOKEN.try_with(Clone::clone).unwrap_or_default();
         self.app
             .rate_limits
-            .check(Counted::Writes, &token, &identity.name)?;
+            .check(Counted::Writes, &token, &identity.name)
+    }
+
+    /// [`McpServer::write`] once [`McpServer::write_permitted`] said yes.
+    async fn write_within_limits(
+        &self,
+        identity: &Identity,
+        write: AgentWrite,
+    ) -> Result<Written, ToolError> {
         let answer = self
             .app
             .engine

@@ -162,7 +162,8 @@ pub struct SendFileArgs {
     pub reply_to: Option<String>,
     /// Post in the thread rooted at this event.
     pub thread_root: Option<String>,
-    /// An idempotency key: the same key sends the file at most once, across retries.
+    /// An idempotency key: the same key with the same bytes sends the file at most
+    /// once, across retries.
     pub txn_id: Option<String>,
 }
 
@@ -189,9 +190,40 @@ pub struct FileSent {
     pub encrypted: bool,
 }
 
-/// The longest caption `send_file` takes, in bytes of markdown: the event, its
-/// HTML and its encryption stay well under the 64 KiB event limit.
+/// The longest caption `send_file` takes, in bytes of markdown.
 const MAX_CAPTION_BYTES: usize = 16 * 1024;
+
+/// The most a caption's rendered content may take, in bytes of JSON (its `body` and
+/// HTML `formatted_body`, [`crate::fit::content_bytes`]): the budget of an encrypted
+/// message less 2,000 bytes for the file's own fields (its name, at most 510 bytes
+/// escaped, `info`, and the encrypted `file` with its key, iv and hash), so the
+/// event stays under Matrix's 65,536 bytes in any room.
+const MAX_CAPTION_CONTENT_BYTES: usize = MAX_ENCRYPTED_CONTENT_BYTES - 2_000;
+
+/// `send_file`'s caption, trimmed and rendered (`None` for none or whitespace only).
+///
+/// # Errors
+/// `invalid_params`: over [`MAX_CAPTION_BYTES`] of markdown, or rendered to over
+/// [`MAX_CAPTION_CONTENT_BYTES`] (checked before any file is read or uploaded).
+fn caption_text(raw: Option<&str>) -> Result<Option<mc_model::AgentText>, ToolError> {
+    match raw.map(str::trim) {
+        Some(c) if c.len() > MAX_CAPTION_BYTES => Err(ToolError::Invalid(format!(
+            "the caption is {} bytes; the most is {MAX_CAPTION_BYTES}",
+            c.len()
+        ))),
+        Some("") | None => Ok(None),
+        Some(c) => match crate::fit::content_bytes(c) {
+            n if n > MAX_CAPTION_CONTENT_BYTES => Err(ToolError::Invalid(format!(
+                "the caption renders to {n} bytes of event content (its HTML and JSON \
+                 escapes included); the most is {MAX_CAPTION_CONTENT_BYTES}"
+            ))),
+            _ => Ok(Some(markdown_text(c))),
+        },
+    }
+}
+
+/// The longest `url` `send_file` takes, in bytes (errors repeat it).
+const MAX_URL_BYTES: usize = 8 * 1024;
 
 /// `create_room`'s and `create_dm`'s result.
 #[derive(Serialize, JsonSchema)]
@@ -409,18 +441,17 @@ impl McpServer {
         let session = self.channel_session(&parts);
         self.run(&parts, "send_file", move |identity| async move {
             let room = target_room(&self.app.engine, identity, args.room_id, session).await?;
-            let caption = match args.caption.as_deref().map(str::trim) {
-                Some(c) if c.len() > MAX_CAPTION_BYTES => {
-                    return Err(ToolError::Invalid(format!(
-                        "the caption is {} bytes; the most is {MAX_CAPTION_BYTES}",
-                        c.len()
-                    )))
-                }
-                Some("") | None => None,
-                Some(c) => Some(markdown_text(c)),
-            };
+            let caption = caption_text(args.caption.as_deref())?;
             let (reply_to, thread_root) =
                 relations(&room, args.reply_to.as_deref(), args.thread_root.as_deref()).await?;
+            if let Some(url) = args.url.as_deref().filter(|u| u.len() > MAX_URL_BYTES) {
+                return Err(ToolError::Invalid(format!(
+                    "the url is {} bytes; the most is {MAX_URL_BYTES}",
+                    url.len()
+                )));
+            }
+            // Over its write limit, the call is refused before a byte is read.
+            self.write_permitted(identity)?;
             // The operator's cap, and the homeserver's own (`m.upload.size`) when it
             // says one: a file over either is refused before it is read in full.
             let cap = match identity.client.load_or_fetch_max_upload_size().await {
@@ -452,12 +483,14 @@ impl McpServer {
                 sha256: staged.sha256().to_owned(),
                 reply_to,
                 thread_root,
-                txn_id: args
-                    .txn_id
-                    .clone()
-                    .unwrap_or_else(|| TransactionId::new().to_string()),
+                // The key and the bytes: a key reused for other bytes sends them,
+                // rather than answering with the event of the first.
+                txn_id: match &args.txn_id {
+                    Some(key) => format!("{key}-{}", &staged.sha256()[..16]),
+                    None => TransactionId::new().to_string(),
+                },
             };
-            let written = self.write(identity, write).await?;
+            let written = self.write_within_limits(identity, write).await?;
             let event_id = written.event_ids.into_iter().next().ok_or_else(|| {
                 ToolError::Upstream("the homeserver named no event for the file".to_string())
             })?;
@@ -872,6 +905,43 @@ fn parse_user(text: &str) -> Result<OwnedUserId, ToolError> {
 mod tests {
     use super::*;
     use mc_model::{Input, Label};
+
+    #[test]
+    fn a_caption_whose_rendered_event_would_pass_the_event_size_limit_is_refused() {
+        use crate::fit::content_bytes;
+        assert_eq!(caption_text(Some("  ")), Ok(None));
+        let fine = caption_text(Some(" the **build** screen "))
+            .unwrap()
+            .unwrap();
+        assert_eq!(fine.body, "the **build** screen");
+        // Under MAX_CAPTION_BYTES of markdown, but its HTML and JSON escapes are not:
+        // a bullet list, control characters, nested quotes.
+        for (label, caption) in [
+            ("list", "- a\n".repeat(MAX_CAPTION_BYTES / 4)),
+            ("controls", "\u{1}".repeat(MAX_CAPTION_BYTES)),
+            ("quotes", format!("{}x", ">".repeat(MAX_CAPTION_BYTES - 1))),
+        ] {
+            assert!(caption.len() <= MAX_CAPTION_BYTES, "{label}");
+            let refused = caption_text(Some(&caption)).unwrap_err();
+            assert_eq!(
+                refused,
+                ToolError::Invalid(format!(
+                    "the caption renders to {} bytes of event content (its HTML and \
+                     JSON escapes included); the most is {MAX_CAPTION_CONTENT_BYTES}",
+                    content_bytes(caption.trim())
+                )),
+                "{label}"
+            );
+        }
+        // Plain text up to the markdown limit still goes.
+        let plain = "a".repeat(MAX_CAPTION_BYTES);
+        assert!(content_bytes(&plain) <= MAX_CAPTION_CONTENT_BYTES);
+        assert_eq!(caption_text(Some(&plain)).unwrap().unwrap().body, plain);
+        assert_eq!(
+            caption_text(Some(&format!("{plain}a"))).unwrap_err().kind(),
+            "invalid_params"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_message_without_a_room_goes_to_the_sessions_room_once_it_has_one() {

@@ -122,6 +122,18 @@ async fn send_file_sends_an_allowed_file_with_its_name_caption_and_dimensions_an
         "the bytes the human downloads"
     );
 
+    // An idempotency key sends the same bytes once; other bytes under it are sent.
+    let keyed = |file: &str| json!({ "room_id": f.room, "path": path_str(&root.join(file)), "txn_id": "k1" });
+    let first = mcp.call_ok("send_file", keyed("shot.png")).await;
+    let again = mcp.call_ok("send_file", keyed("shot.png")).await;
+    let other = mcp.call_ok("send_file", keyed("build.log")).await;
+    assert_eq!(
+        first["event_id"], again["event_id"],
+        "a retry sends nothing new"
+    );
+    assert_ne!(first["event_id"], other["event_id"], "{other}");
+    assert_ne!(first["event_id"], event_id.as_str());
+
     // A text file under another name, replying to the human: m.file, text/plain.
     let question = human.send_text(&f.room, "the build log?").await;
     let sent = mcp
@@ -351,4 +363,34 @@ async fn send_file_fetches_an_allowed_https_url_and_the_ssrf_guard_refuses_the_r
         "too_large",
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_file_over_the_write_limit_fetches_nothing() {
+    let https = TestHttps::start().await;
+    https.serve("/a.txt", 200, &[], b"one\n");
+    let dir = tempfile::tempdir().unwrap();
+    let config = files_config(
+        dir.path(),
+        &format!(
+            "fetch_allow_networks = [\"127.0.0.1/32\"]\nfetch_ca_file = {}\n",
+            serde_json::Value::String(https.ca_file().display().to_string())
+        ),
+    );
+    let f = Fixture::start(|c| {
+        c.top_level = Some(config);
+        c.rate_limits =
+            Some("[rate_limits.token]\nwrites_per_second = 1\nwrite_burst = 1\n".to_owned());
+    })
+    .await;
+    let mcp = f.tools("files").await;
+    let call = json!({ "room_id": f.room, "url": https.url("/a.txt") });
+
+    mcp.call_ok("send_file", call.clone()).await;
+    let error = tool_error(&mcp, "send_file", call, "rate_limited").await;
+    assert!(
+        error["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{error}"
+    );
+    assert_eq!(https.hits("/a.txt"), 1, "the refused call fetched nothing");
 }
