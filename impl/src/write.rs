@@ -253,12 +253,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
             let room = room_of(identity, room)?;
             let reply_to = reply_to.as_ref().map(event_id).transpose()?;
             let thread_root = thread_root.as_ref().map(event_id).transpose()?;
-            let mention = match &reply_to {
-                Some(target) => parent_sender(&room, target)
-                    .await?
-                    .filter(|sender| sender.as_str() != own),
-                None => None,
-            };
+            let mention = reply_mention(&room, reply_to.as_ref(), own).await?;
             let mut event_ids = Vec::new();
             for (i, part) in parts.iter().enumerate() {
                 let content = with_relation(
@@ -447,12 +442,7 @@ pub async fn perform(identity: &Identity, write: &AgentWrite) -> Result<Written,
                 .map_err(|e| ToolError::Invalid(format!("mimetype {mimetype:?}: {e}")))?;
             let reply_to = reply_to.as_ref().map(event_id).transpose()?;
             let thread_root = thread_root.as_ref().map(event_id).transpose()?;
-            let mention = match &reply_to {
-                Some(target) => parent_sender(&room, target)
-                    .await?
-                    .filter(|sender| sender.as_str() != own),
-                None => None,
-            };
+            let mention = reply_mention(&room, reply_to.as_ref(), own).await?;
             let encryption = ensure_encrypted_or_plain(&room).await?;
             let source = match encryption {
                 RoomEncryption::Encrypted => {
@@ -569,12 +559,17 @@ fn sent(event_id: OwnedEventId) -> Written {
     }
 }
 
-/// The sender of `event_id` in `room`. Errors: `not_found` when the homeserver does
-/// not know it.
-pub async fn parent_sender(
+/// Who a reply to `reply_to` mentions (`m.mentions`): the sender of the event it
+/// replies to, unless that is the identity itself (`own`); nobody without a reply.
+/// Errors: `not_found` when the homeserver does not know the event.
+async fn reply_mention(
     room: &Room,
-    event_id: &OwnedEventId,
+    reply_to: Option<&OwnedEventId>,
+    own: &str,
 ) -> Result<Option<OwnedUserId>, ToolError> {
+    let Some(event_id) = reply_to else {
+        return Ok(None);
+    };
     let event = room.event(event_id, None).await.map_err(|e| {
         ToolError::NotFound(format!(
             "reply_to {event_id}: {}",
@@ -585,7 +580,8 @@ pub async fn parent_sender(
         .raw()
         .get_field::<OwnedUserId>("sender")
         .ok()
-        .flatten())
+        .flatten()
+        .filter(|sender| sender.as_str() != own))
 }
 
 #[cfg(test)]

@@ -182,6 +182,7 @@ pub(super) fn describe(router: &mut ToolRouter<McpServer>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::file_tools::*;
     use super::super::read_tools::*;
     use super::super::write_tools::*;
     use super::*;
@@ -419,8 +420,10 @@ mod tests {
     }
 
     fn described() -> Vec<(String, JsonObject)> {
-        let mut router =
-            McpServer::read_tools() + McpServer::write_tools() + McpServer::catchup_tools();
+        let mut router = McpServer::read_tools()
+            + McpServer::write_tools()
+            + McpServer::file_tools()
+            + McpServer::catchup_tools();
         describe(&mut router);
         router
             .list_all()

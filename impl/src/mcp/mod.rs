@@ -19,6 +19,7 @@
 //!   alone adds `retry_after_ms`, the wait in milliseconds before the call is served.
 
 mod catchup_tools;
+mod file_tools;
 mod metadata;
 mod read_tools;
 mod write_tools;
@@ -166,7 +167,8 @@ fn allowed_by(config: mc_model::IdentityConfig) -> impl Fn(&str) -> bool {
 
 impl McpServer {
     pub fn new(mount: Mount, app: Arc<App>) -> Self {
-        let mut tool_router = Self::read_tools() + Self::write_tools() + Self::catchup_tools();
+        let mut tool_router =
+            Self::read_tools() + Self::write_tools() + Self::file_tools() + Self::catchup_tools();
         metadata::describe(&mut tool_router);
         if mount == Mount::Channel {
             let names: Vec<String> = tool_router
@@ -491,8 +493,10 @@ mod tests {
 
     #[test]
     fn every_tool_has_a_title_an_output_schema_and_a_limit_from_1_to_100() {
-        let mut router =
-            McpServer::read_tools() + McpServer::write_tools() + McpServer::catchup_tools();
+        let mut router = McpServer::read_tools()
+            + McpServer::write_tools()
+            + McpServer::file_tools()
+            + McpServer::catchup_tools();
         metadata::describe(&mut router);
         for tool in router.list_all() {
             assert!(
@@ -606,6 +610,7 @@ mod tests {
             ("mcp/mod.rs", include_str!("mod.rs")),
             ("mcp/read_tools.rs", include_str!("read_tools.rs")),
             ("mcp/write_tools.rs", include_str!("write_tools.rs")),
+            ("mcp/file_tools.rs", include_str!("file_tools.rs")),
             ("mcp/catchup_tools.rs", include_str!("catchup_tools.rs")),
         ] {
             // This test's own list is not a call.
@@ -621,7 +626,7 @@ mod tests {
 
     #[test]
     fn the_tools_that_may_write_are_the_write_tools_and_the_rest_are_read_only() {
-        let write: Vec<String> = McpServer::write_tools()
+        let write: Vec<String> = (McpServer::write_tools() + McpServer::file_tools())
             .list_all()
             .into_iter()
             .map(|t| {

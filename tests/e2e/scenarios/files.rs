@@ -42,6 +42,14 @@ fn files_config(root: &Path, extra: &str) -> String {
     )
 }
 
+/// `[files]` keys that let a fetch reach `https` (on 127.0.0.1, its own CA).
+fn trusting(https: &TestHttps) -> String {
+    format!(
+        "fetch_allow_networks = [\"127.0.0.1/32\"]\nfetch_ca_file = {}\n",
+        serde_json::Value::String(https.ca_file().display().to_string())
+    )
+}
+
 fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
@@ -286,10 +294,7 @@ async fn send_file_fetches_an_allowed_https_url_and_the_ssrf_guard_refuses_the_r
     let dir = tempfile::tempdir().unwrap();
     let config = files_config(
         dir.path(),
-        &format!(
-            "max_bytes = 1024\nfetch_allow_networks = [\"127.0.0.1/32\"]\nfetch_ca_file = {}\n",
-            serde_json::Value::String(https.ca_file().display().to_string())
-        ),
+        &format!("max_bytes = 1024\n{}", trusting(&https)),
     );
     let f = Fixture::start(|c| c.top_level = Some(config)).await;
     let mcp = f.tools("files").await;
@@ -370,13 +375,7 @@ async fn send_file_over_the_write_limit_fetches_nothing() {
     let https = TestHttps::start().await;
     https.serve("/a.txt", 200, &[], b"one\n");
     let dir = tempfile::tempdir().unwrap();
-    let config = files_config(
-        dir.path(),
-        &format!(
-            "fetch_allow_networks = [\"127.0.0.1/32\"]\nfetch_ca_file = {}\n",
-            serde_json::Value::String(https.ca_file().display().to_string())
-        ),
-    );
+    let config = files_config(dir.path(), &trusting(&https));
     let f = Fixture::start(|c| {
         c.top_level = Some(config);
         c.rate_limits =
